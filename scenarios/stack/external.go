@@ -1,0 +1,90 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/doublerun/doublerun/pgbouncer"
+)
+
+// startExternal builds a stack from DSNs in the environment. It owns no
+// servers, so Close releases nothing and restarts return ErrNotSupported.
+// It still checks every endpoint: pool mode, pool size and version come
+// from each bouncer's admin console, never from what the caller claims.
+func startExternal(ctx context.Context, opts Options) (*Stack, error) {
+	vars := []struct{ name, value string }{
+		{EnvPostgresDSN, opts.getenv(EnvPostgresDSN)},
+		{EnvSessionDSN, opts.getenv(EnvSessionDSN)},
+		{EnvSessionAdminDSN, opts.getenv(EnvSessionAdminDSN)},
+		{EnvTransactionDSN, opts.getenv(EnvTransactionDSN)},
+		{EnvTransactionAdminDSN, opts.getenv(EnvTransactionAdminDSN)},
+	}
+	for _, v := range vars {
+		if v.value == "" {
+			return nil, fmt.Errorf("external provider: %s is not set; run `doublerun stack up` and eval its export lines, or use %s=auto", v.name, EnvProvider)
+		}
+		if _, err := pgx.ParseConfig(v.value); err != nil {
+			return nil, fmt.Errorf("external provider: %s is not a valid DSN (%v); set it to a URL such as postgres://user:password@127.0.0.1:6432/doublerun", v.name, firstLine(err))
+		}
+	}
+	s := &Stack{provider: ProviderExternal, log: opts.Logger, bouncers: map[string]*bouncer{}}
+	s.postgres = Endpoint{Name: PostgresName, DSN: vars[0].value}
+	if err := ping(ctx, s.postgres.DSN); err != nil {
+		return nil, fmt.Errorf("external provider: %s does not answer: %v", EnvPostgresDSN, firstLine(err))
+	}
+	for _, b := range []struct{ name, dsn, admin string }{
+		{SessionName, vars[1].value, vars[2].value},
+		{TransactionName, vars[3].value, vars[4].value},
+	} {
+		ep, err := describeBouncer(ctx, b.name, b.dsn, b.admin)
+		if err != nil {
+			return nil, fmt.Errorf("external provider: %w", err)
+		}
+		s.bouncers[b.name] = &bouncer{ep: ep}
+	}
+	return s, nil
+}
+
+func describeBouncer(ctx context.Context, name, dsn, adminDSN string) (Endpoint, error) {
+	if err := ping(ctx, dsn); err != nil {
+		return Endpoint{}, fmt.Errorf("%s endpoint does not answer: %v", name, firstLine(err))
+	}
+	a, err := pgbouncer.ConnectAdmin(ctx, adminDSN)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("%s admin console: %v", name, firstLine(err))
+	}
+	defer a.Close(context.WithoutCancel(ctx))
+	version, err := a.Version(ctx)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	conf, err := a.Config(ctx)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	size, _ := strconv.Atoi(conf["default_pool_size"])
+	prepared, _ := strconv.Atoi(conf["max_prepared_statements"])
+	return Endpoint{
+		Name: name, DSN: dsn, AdminDSN: adminDSN,
+		PoolMode: pgbouncer.PoolMode(conf["pool_mode"]), PoolSize: size,
+		Version: version, MaxPreparedStatements: prepared,
+	}, nil
+}
+
+// ExportLines returns `export NAME=value` lines that let other processes
+// share this stack through the external provider.
+func (s *Stack) ExportLines() []string {
+	q := func(v string) string { return "'" + v + "'" }
+	sess, tx := s.Session(), s.Transaction()
+	return []string{
+		"export " + EnvProvider + "=" + string(ProviderExternal),
+		"export " + EnvPostgresDSN + "=" + q(s.postgres.DSN),
+		"export " + EnvSessionDSN + "=" + q(sess.DSN),
+		"export " + EnvSessionAdminDSN + "=" + q(sess.AdminDSN),
+		"export " + EnvTransactionDSN + "=" + q(tx.DSN),
+		"export " + EnvTransactionAdminDSN + "=" + q(tx.AdminDSN),
+	}
+}

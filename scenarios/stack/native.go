@@ -1,0 +1,383 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/doublerun/doublerun/pgbouncer"
+)
+
+// nativeBackend runs postgres and pgbouncer as child processes on loopback,
+// in one temp dir per stack. As root it runs them as the postgres user,
+// because both refuse to run as root.
+type nativeBackend struct {
+	dir       string
+	binDir    string // initdb and postgres
+	pgbouncer string
+	cred      *syscall.Credential
+	uid, gid  int
+	pgPort    int
+	log       interface{ Info(string, ...any) }
+}
+
+func newNativeBackend(opts Options) (*nativeBackend, error) {
+	binDir, err := findPostgresBinDir(opts.PostgresBinDir)
+	if err != nil {
+		return nil, err
+	}
+	bouncerBin, err := findPgBouncer(opts.PgBouncerBin)
+	if err != nil {
+		return nil, err
+	}
+	b := &nativeBackend{binDir: binDir, pgbouncer: bouncerBin, uid: -1, gid: -1, log: opts.Logger}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, errors.New("native provider: running as root needs a 'postgres' user to run the servers (postgres and pgbouncer refuse root); install package postgresql-15 or run as a non-root user")
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		b.uid, b.gid = uid, gid
+		b.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	dir, err := os.MkdirTemp("", "doublerun-stack-")
+	if err != nil {
+		return nil, fmt.Errorf("native provider: create temp dir: %w", err)
+	}
+	b.dir = dir
+	if err := b.own(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return b, nil
+}
+
+// own hands path to the user the servers run as.
+func (b *nativeBackend) own(path string) error {
+	if b.cred == nil {
+		return nil
+	}
+	if err := os.Chown(path, b.uid, b.gid); err != nil {
+		return fmt.Errorf("native provider: chown %s: %w", path, err)
+	}
+	return nil
+}
+
+func (b *nativeBackend) writeFile(name, content string, mode os.FileMode) (string, error) {
+	p := filepath.Join(b.dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		return "", fmt.Errorf("native provider: write %s: %w", p, err)
+	}
+	return p, b.own(p)
+}
+
+func (b *nativeBackend) startPostgres(ctx context.Context, user, password, db string) (node, string, int, error) {
+	pgdata := filepath.Join(b.dir, "pgdata")
+	pwfile, err := b.writeFile("pwfile", password+"\n", 0o600)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	initdb := exec.CommandContext(ctx, filepath.Join(b.binDir, "initdb"), "-D", pgdata, "-U", user,
+		"--pwfile="+pwfile, "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
+	initdb.Env = append(os.Environ(), "LC_ALL=C")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return nil, "", 0, fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	os.Remove(pwfile)
+	sock := filepath.Join(b.dir, "sock")
+	if err := os.Mkdir(sock, 0o700); err != nil {
+		return nil, "", 0, err
+	}
+	if err := b.own(sock); err != nil {
+		return nil, "", 0, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, "", 0, err
+	}
+	b.pgPort = port
+	p := &process{
+		name: "postgres",
+		path: filepath.Join(b.binDir, "postgres"),
+		args: []string{"-D", pgdata, "-p", strconv.Itoa(port), "-k", sock,
+			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
+			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"},
+		logPath: filepath.Join(b.dir, "postgres.log"),
+		cred:    b.cred,
+		stopSig: syscall.SIGINT, // fast shutdown
+		uid:     b.uid,
+		gid:     b.gid,
+	}
+	if err := p.start(ctx); err != nil {
+		return p, "", 0, err
+	}
+	if db != "postgres" {
+		if err := b.createDatabase(ctx, sock, port, user, db); err != nil {
+			return p, "", 0, err
+		}
+	}
+	return p, "127.0.0.1", port, nil
+}
+
+// createDatabase waits for the server through its socket and creates db.
+func (b *nativeBackend) createDatabase(ctx context.Context, sock string, port int, user, db string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cmd := exec.CommandContext(ctx, filepath.Join(b.binDir, "psql"), "-h", sock, "-p", strconv.Itoa(port),
+			"-U", user, "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qc", fmt.Sprintf("CREATE DATABASE %q", db))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("create database %s: %w\n%s", db, err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (b *nativeBackend) startPgBouncer(ctx context.Context, name string, cfg pgbouncer.Config) (node, string, int, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, "", 0, err
+	}
+	cfg.ListenAddr = "127.0.0.1"
+	cfg.ListenPort = port
+	cfg.AuthFile = filepath.Join(b.dir, name+".userlist.txt")
+	cfg.Databases = []pgbouncer.Database{{Name: "*", Host: "127.0.0.1", Port: b.pgPort}}
+	cfg.Version = b.version(ctx)
+	ini, err := cfg.Ini()
+	if err != nil {
+		return nil, "", 0, err
+	}
+	if _, err := b.writeFile(name+".userlist.txt", cfg.Userlist(), 0o600); err != nil {
+		return nil, "", 0, err
+	}
+	iniPath, err := b.writeFile(name+".ini", ini, 0o600)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	p := &process{
+		name:    "pgbouncer " + name,
+		path:    b.pgbouncer,
+		args:    []string{iniPath},
+		logPath: filepath.Join(b.dir, name+".log"),
+		cred:    b.cred,
+		stopSig: syscall.SIGTERM, // immediate shutdown
+		uid:     b.uid,
+		gid:     b.gid,
+	}
+	if err := p.start(ctx); err != nil {
+		return p, "", 0, err
+	}
+	return p, "127.0.0.1", port, nil
+}
+
+func (b *nativeBackend) version(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, b.pgbouncer, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	v, err := pgbouncer.ParseVersion(string(out))
+	if err != nil {
+		return ""
+	}
+	return v.String()
+}
+
+func (b *nativeBackend) close(context.Context) error {
+	if err := os.RemoveAll(b.dir); err != nil {
+		return fmt.Errorf("native provider: remove %s: %w", b.dir, err)
+	}
+	return nil
+}
+
+// process is one server run as a child process. It can be stopped and
+// started again with the same arguments.
+type process struct {
+	name     string
+	path     string
+	args     []string
+	logPath  string
+	cred     *syscall.Credential
+	stopSig  syscall.Signal
+	uid, gid int
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func (p *process) start(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		select {
+		case <-p.done:
+		default:
+			return nil // already running
+		}
+	}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s: open log: %w", p.name, err)
+	}
+	if p.uid >= 0 {
+		_ = os.Chown(p.logPath, p.uid, p.gid)
+	}
+	// Not CommandContext: a server outlives the context that started it.
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	// Own process group, so a terminal's Ctrl-C reaches the harness, which
+	// then shuts the servers down in order; Pdeathsig, so a harness that is
+	// killed outright does not leave servers behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: start %s: %w", p.name, p.path, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.err = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		p.err = err
+		if err == nil {
+			p.err = errors.New("exited with status 0")
+		}
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// exited returns an error once the process has ended.
+func (p *process) exited() error {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return fmt.Errorf("%s: %w", p.name, p.err)
+	default:
+		return nil
+	}
+}
+
+func (p *process) stop(ctx context.Context) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(p.stopSig)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+	case <-ctx.Done():
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return nil
+}
+
+func (p *process) terminate(ctx context.Context) error { return p.stop(ctx) }
+
+func (p *process) logs(context.Context) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("--- %s log (%s) ---\n%s", p.name, p.logPath, tail(data, 40))
+}
+
+func tail(data []byte, n int) string {
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func findPostgresBinDir(override string) (string, error) {
+	const fix = "install package postgresql-15 (apt-get install postgresql-15), set " + EnvPostgresBinDir + ", or set " + EnvProvider + "=docker"
+	if override != "" {
+		for _, bin := range []string{"initdb", "postgres"} {
+			if _, err := os.Stat(filepath.Join(override, bin)); err != nil {
+				return "", fmt.Errorf("%s not found in %s=%s; %s", bin, EnvPostgresBinDir, override, fix)
+			}
+		}
+		return override, nil
+	}
+	if initdb, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(initdb); err == nil {
+			dir := filepath.Dir(real)
+			if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+				return dir, nil
+			}
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	slices.SortFunc(dirs, func(a, b string) int { return versionOf(b) - versionOf(a) })
+	for _, dir := range dirs {
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("postgres binaries (initdb, postgres) not found on PATH or in /usr/lib/postgresql/*/bin; " + fix)
+}
+
+func versionOf(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+func findPgBouncer(override string) (string, error) {
+	const fix = "install package pgbouncer (apt-get install pgbouncer), set " + EnvPgBouncerBin + ", or set " + EnvProvider + "=docker"
+	if override != "" {
+		if _, err := os.Stat(override); err != nil {
+			return "", fmt.Errorf("pgbouncer binary not found at %s=%s; %s", EnvPgBouncerBin, override, fix)
+		}
+		return override, nil
+	}
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer", "/usr/local/bin/pgbouncer"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("pgbouncer binary not found on PATH or in /usr/sbin; " + fix)
+}

@@ -1,0 +1,114 @@
+package stack
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Provider names where a stack's servers come from.
+type Provider string
+
+// The providers. See the package documentation.
+const (
+	ProviderAuto     Provider = "auto"
+	ProviderDocker   Provider = "docker"
+	ProviderNative   Provider = "native"
+	ProviderExternal Provider = "external"
+)
+
+// Public images the docker provider uses when no image variable is set. They
+// are pinned so that a run is repeatable; PgBouncer is at least 1.21 so that
+// protocol-level prepared statements can be tested in transaction pooling.
+const (
+	DefaultPostgresImage  = "postgres:15.13-bookworm"
+	DefaultPgBouncerImage = "edoburu/pgbouncer:v1.23.1-p3"
+)
+
+// Environment variables read by [Options.FromEnv] and the external provider.
+const (
+	EnvProvider            = "DOUBLERUN_PROVIDER"
+	EnvPostgresImage       = "DOUBLERUN_POSTGRES_IMAGE"
+	EnvPgBouncerImage      = "DOUBLERUN_PGBOUNCER_IMAGE"
+	EnvTransactionPoolSize = "DOUBLERUN_TRANSACTION_POOL_SIZE"
+	EnvPostgresBinDir      = "DOUBLERUN_POSTGRES_BINDIR"
+	EnvPgBouncerBin        = "DOUBLERUN_PGBOUNCER_BIN"
+
+	EnvPostgresDSN         = "DOUBLERUN_POSTGRES_DSN"
+	EnvSessionDSN          = "DOUBLERUN_SESSION_DSN"
+	EnvSessionAdminDSN     = "DOUBLERUN_SESSION_ADMIN_DSN"
+	EnvTransactionDSN      = "DOUBLERUN_TRANSACTION_DSN"
+	EnvTransactionAdminDSN = "DOUBLERUN_TRANSACTION_ADMIN_DSN"
+)
+
+// Options configure Start. Zero values take the defaults noted per field.
+type Options struct {
+	// Provider defaults to auto.
+	Provider Provider
+	// TransactionPoolSize is default_pool_size of the transaction bouncer;
+	// default 1, the size at which issue #556 reproduces.
+	TransactionPoolSize int
+	// SessionPoolSize is default_pool_size of the session bouncer; default 20.
+	SessionPoolSize int
+	// PostgresImage and PgBouncerImage are used by the docker provider;
+	// defaults DefaultPostgresImage and DefaultPgBouncerImage.
+	PostgresImage  string
+	PgBouncerImage string
+	// PostgresBinDir is where the native provider finds initdb and
+	// postgres; default: PATH, then the newest /usr/lib/postgresql/*/bin.
+	PostgresBinDir string
+	// PgBouncerBin is the native provider's pgbouncer; default: PATH, then
+	// /usr/sbin/pgbouncer.
+	PgBouncerBin string
+	// Logger receives progress; default discards.
+	Logger *slog.Logger
+
+	// lookupEnv lets tests supply the environment; default os.LookupEnv.
+	lookupEnv func(string) (string, bool)
+}
+
+// FromEnv returns opts with every unset field filled from DOUBLERUN_*
+// environment variables. Start calls it, so callers rarely need to.
+func (o Options) FromEnv() (Options, error) {
+	get := o.getenv
+	if o.Provider == "" {
+		o.Provider = Provider(strings.TrimSpace(get(EnvProvider)))
+	}
+	o.Provider = cmp.Or(o.Provider, ProviderAuto)
+	switch o.Provider {
+	case ProviderAuto, ProviderDocker, ProviderNative, ProviderExternal:
+	default:
+		return o, fmt.Errorf("unknown provider %q (from %s or Options.Provider); use auto, docker, native or external", o.Provider, EnvProvider)
+	}
+	if o.TransactionPoolSize == 0 {
+		if v := get(EnvTransactionPoolSize); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return o, fmt.Errorf("%s=%q is not a positive integer; unset it or set a pool size such as 1", EnvTransactionPoolSize, v)
+			}
+			o.TransactionPoolSize = n
+		}
+	}
+	o.TransactionPoolSize = cmp.Or(o.TransactionPoolSize, 1)
+	o.SessionPoolSize = cmp.Or(o.SessionPoolSize, 20)
+	o.PostgresImage = cmp.Or(o.PostgresImage, get(EnvPostgresImage), DefaultPostgresImage)
+	o.PgBouncerImage = cmp.Or(o.PgBouncerImage, get(EnvPgBouncerImage), DefaultPgBouncerImage)
+	o.PostgresBinDir = cmp.Or(o.PostgresBinDir, get(EnvPostgresBinDir))
+	o.PgBouncerBin = cmp.Or(o.PgBouncerBin, get(EnvPgBouncerBin))
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+func (o Options) getenv(k string) string {
+	lookup := o.lookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	v, _ := lookup(k)
+	return v
+}

@@ -1,0 +1,393 @@
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/doublerun/doublerun/pgbouncer"
+)
+
+// Credentials every stack uses. The password is random per stack.
+const (
+	User      = "doublerun"
+	AdminUser = "doublerun_admin"
+	Database  = "doublerun"
+)
+
+// ErrNotSupported is returned for operations the provider cannot perform,
+// such as restarting a server the external provider does not own.
+var ErrNotSupported = errors.New("not supported by this provider")
+
+// Stack is a running Postgres with its PgBouncers. Its methods are safe for
+// concurrent use.
+type Stack struct {
+	provider Provider
+	backend  backend
+	log      interface{ Info(string, ...any) }
+	password string
+
+	mu        sync.Mutex
+	postgres  Endpoint
+	pgNode    node
+	bouncers  map[string]*bouncer
+	closed    bool
+	closeErr  error
+	closeOnce sync.Once
+}
+
+type bouncer struct {
+	ep   Endpoint
+	node node
+}
+
+// backend is what a provider implements.
+type backend interface {
+	// startPostgres starts Postgres with the given credentials and returns
+	// its node and the host and port clients use.
+	startPostgres(ctx context.Context, user, password, db string) (node, string, int, error)
+	// startPgBouncer starts a bouncer for cfg. The backend fills in the
+	// listen address and port, the auth file and the database entries.
+	startPgBouncer(ctx context.Context, name string, cfg pgbouncer.Config) (node, string, int, error)
+	// close removes what the backend created beyond its nodes.
+	close(ctx context.Context) error
+}
+
+// node is one running server.
+type node interface {
+	stop(ctx context.Context) error
+	start(ctx context.Context) error
+	// terminate stops the server for good and removes its resources.
+	terminate(ctx context.Context) error
+	// logs returns the server's recent output, for error messages.
+	logs(ctx context.Context) string
+}
+
+// Start brings up Postgres and the session and transaction bouncers. On
+// error everything it started is removed again.
+func Start(ctx context.Context, opts Options) (*Stack, error) {
+	opts, err := opts.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Provider == ProviderExternal {
+		return startExternal(ctx, opts)
+	}
+	b, provider, err := selectBackend(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{
+		provider: provider,
+		backend:  b,
+		log:      opts.Logger,
+		password: randomPassword(),
+		bouncers: map[string]*bouncer{},
+	}
+	begin := time.Now()
+	if err := s.start(ctx, opts); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return nil, errors.Join(err, s.Close(cctx))
+	}
+	opts.Logger.Info("stack ready", "provider", provider, "elapsed", time.Since(begin).Round(time.Millisecond))
+	return s, nil
+}
+
+func (s *Stack) start(ctx context.Context, opts Options) error {
+	n, host, port, err := s.backend.startPostgres(ctx, User, s.password, Database)
+	if n != nil {
+		s.pgNode = n
+	}
+	if err != nil {
+		return err
+	}
+	s.postgres = Endpoint{Name: PostgresName, DSN: dsn(User, s.password, host, port, Database)}
+	if err := waitReady(ctx, s.postgres.DSN, s.pgNode); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if _, err := s.AddPgBouncer(ctx, SessionName, pgbouncer.Config{
+		PoolMode: pgbouncer.PoolSession, DefaultPoolSize: opts.SessionPoolSize,
+	}); err != nil {
+		return err
+	}
+	_, err = s.AddPgBouncer(ctx, TransactionName, pgbouncer.Config{
+		PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: opts.TransactionPoolSize,
+	})
+	return err
+}
+
+// AddPgBouncer starts another PgBouncer in front of the stack's Postgres.
+// The stack fills in cfg's listen address and port, databases, users and
+// auth file; everything else (pool mode and size, reset query, lifetimes,
+// ...) comes from cfg.
+func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Config) (Endpoint, error) {
+	if s.backend == nil {
+		return Endpoint{}, fmt.Errorf("add pgbouncer %q: %w; use the docker or native provider", name, ErrNotSupported)
+	}
+	s.mu.Lock()
+	if _, dup := s.bouncers[name]; dup || name == PostgresName || name == "" {
+		s.mu.Unlock()
+		return Endpoint{}, fmt.Errorf("add pgbouncer: name %q is empty or already used", name)
+	}
+	s.bouncers[name] = nil // reserve the name
+	s.mu.Unlock()
+
+	cfg.Users = append(cfg.Users, pgbouncer.User{Name: User, Password: s.password}, pgbouncer.User{Name: AdminUser, Password: s.password})
+	cfg.AdminUsers = append(cfg.AdminUsers, AdminUser)
+	cfg.PoolMode = cmpPoolMode(cfg.PoolMode)
+	n, host, port, err := s.backend.startPgBouncer(ctx, name, cfg)
+	s.mu.Lock()
+	if n != nil {
+		s.bouncers[name] = &bouncer{node: n}
+	} else {
+		delete(s.bouncers, name)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
+	}
+	ep := Endpoint{
+		Name:                  name,
+		DSN:                   dsn(User, s.password, host, port, Database),
+		AdminDSN:              dsn(AdminUser, s.password, host, port, "pgbouncer"),
+		PoolMode:              cfg.PoolMode,
+		PoolSize:              cmpInt(cfg.DefaultPoolSize, 20),
+		MaxPreparedStatements: cfg.MaxPreparedStatements,
+	}
+	if err := waitReady(ctx, ep.DSN, n); err != nil {
+		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
+	}
+	ep.Version, err = bouncerVersion(ctx, ep.AdminDSN)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
+	}
+	if cfg.MaxPreparedStatements > 0 && !pgbouncer.SupportsPreparedStatements(ep.Version) {
+		return Endpoint{}, fmt.Errorf("pgbouncer %s: max_prepared_statements needs PgBouncer 1.21 or later, have %s; use a newer image or leave it 0", name, ep.Version)
+	}
+	s.mu.Lock()
+	s.bouncers[name].ep = ep
+	s.mu.Unlock()
+	s.log.Info("pgbouncer ready", "name", name, "pool_mode", ep.PoolMode, "pool_size", ep.PoolSize, "version", ep.Version)
+	return ep, nil
+}
+
+// Provider reports which provider runs the stack.
+func (s *Stack) Provider() Provider { return s.provider }
+
+// Postgres is the direct endpoint.
+func (s *Stack) Postgres() Endpoint { return s.postgres }
+
+// Session is the PgBouncer in session pooling.
+func (s *Stack) Session() Endpoint { ep, _ := s.Endpoint(SessionName); return ep }
+
+// Transaction is the PgBouncer in transaction pooling.
+func (s *Stack) Transaction() Endpoint { ep, _ := s.Endpoint(TransactionName); return ep }
+
+// Endpoint returns the endpoint called name: "postgres" or a bouncer's name.
+func (s *Stack) Endpoint(name string) (Endpoint, bool) {
+	if name == PostgresName {
+		return s.postgres, true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.bouncers[name]
+	if !ok || b == nil || b.ep.Name == "" {
+		return Endpoint{}, false
+	}
+	return b.ep, true
+}
+
+// Endpoints lists Postgres first, then every bouncer by name.
+func (s *Stack) Endpoints() []Endpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []Endpoint{s.postgres}
+	for _, name := range slices.Sorted(maps.Keys(s.bouncers)) {
+		if b := s.bouncers[name]; b != nil && b.ep.Name != "" {
+			out = append(out, b.ep)
+		}
+	}
+	return out
+}
+
+// StopPostgres stops Postgres; every bouncer stays up and fails its server
+// logins until StartPostgres.
+func (s *Stack) StopPostgres(ctx context.Context) error {
+	if s.pgNode == nil {
+		return fmt.Errorf("stop postgres: %w", ErrNotSupported)
+	}
+	return s.pgNode.stop(ctx)
+}
+
+// StartPostgres starts a stopped Postgres on the same address and waits
+// until it answers.
+func (s *Stack) StartPostgres(ctx context.Context) error {
+	if s.pgNode == nil {
+		return fmt.Errorf("start postgres: %w", ErrNotSupported)
+	}
+	if err := s.pgNode.start(ctx); err != nil {
+		return err
+	}
+	return waitReady(ctx, s.postgres.DSN, s.pgNode)
+}
+
+// RestartPostgres stops and starts Postgres.
+func (s *Stack) RestartPostgres(ctx context.Context) error {
+	if err := s.StopPostgres(ctx); err != nil {
+		return err
+	}
+	return s.StartPostgres(ctx)
+}
+
+// StopPgBouncer stops the bouncer called name.
+func (s *Stack) StopPgBouncer(ctx context.Context, name string) error {
+	b, err := s.bouncer(name)
+	if err != nil {
+		return err
+	}
+	return b.node.stop(ctx)
+}
+
+// StartPgBouncer starts the stopped bouncer called name on the same address
+// and waits until it answers.
+func (s *Stack) StartPgBouncer(ctx context.Context, name string) error {
+	b, err := s.bouncer(name)
+	if err != nil {
+		return err
+	}
+	if err := b.node.start(ctx); err != nil {
+		return err
+	}
+	return waitReady(ctx, b.ep.DSN, b.node)
+}
+
+// RestartPgBouncer stops and starts the bouncer called name.
+func (s *Stack) RestartPgBouncer(ctx context.Context, name string) error {
+	if err := s.StopPgBouncer(ctx, name); err != nil {
+		return err
+	}
+	return s.StartPgBouncer(ctx, name)
+}
+
+func (s *Stack) bouncer(name string) (*bouncer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.bouncers[name]
+	if !ok || b == nil || b.node == nil {
+		if s.backend == nil {
+			return nil, fmt.Errorf("pgbouncer %q: %w", name, ErrNotSupported)
+		}
+		return nil, fmt.Errorf("no pgbouncer called %q", name)
+	}
+	return b, nil
+}
+
+// Close stops every server and removes what the provider created: containers
+// and networks, or processes and temp dirs. It is idempotent.
+func (s *Stack) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		var nodes []node
+		for _, b := range s.bouncers {
+			if b != nil && b.node != nil {
+				nodes = append(nodes, b.node)
+			}
+		}
+		s.mu.Unlock()
+		if s.pgNode != nil {
+			nodes = append(nodes, s.pgNode)
+		}
+		var errs []error
+		for _, n := range nodes {
+			errs = append(errs, n.terminate(ctx))
+		}
+		if s.backend != nil {
+			errs = append(errs, s.backend.close(ctx))
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// waitReady polls dsn until a query succeeds. It gives up early when n
+// reports that its server has exited, and then includes the server's log.
+func waitReady(ctx context.Context, dsn string, n node) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var last error
+	for {
+		if e, ok := n.(interface{ exited() error }); ok && n != nil {
+			if err := e.exited(); err != nil {
+				return fmt.Errorf("server exited during start: %w\n%s", err, n.logs(context.WithoutCancel(ctx)))
+			}
+		}
+		last = ping(ctx, dsn)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			var logs string
+			if n != nil {
+				logs = "\n" + n.logs(context.WithoutCancel(ctx))
+			}
+			return fmt.Errorf("not ready: %w (last error: %v)%s", ctx.Err(), last, logs)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func ping(ctx context.Context, dsn string) error {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	cfg.ConnectTimeout = 2 * time.Second
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var one int
+	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+}
+
+func bouncerVersion(ctx context.Context, adminDSN string) (string, error) {
+	a, err := pgbouncer.ConnectAdmin(ctx, adminDSN)
+	if err != nil {
+		return "", err
+	}
+	defer a.Close(context.WithoutCancel(ctx))
+	return a.Version(ctx)
+}
+
+func randomPassword() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func cmpPoolMode(m pgbouncer.PoolMode) pgbouncer.PoolMode {
+	if m == "" {
+		return pgbouncer.PoolSession
+	}
+	return m
+}
+
+func cmpInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}

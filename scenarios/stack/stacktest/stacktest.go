@@ -1,0 +1,158 @@
+// Package stacktest gives a test binary one shared stack and each test a
+// database of its own on it.
+//
+// A package that uses it calls Main from TestMain, so the stack is closed
+// (containers, processes, temp dirs) however the tests end:
+//
+//	func TestMain(m *testing.M) { stacktest.Main(m) }
+//
+// The stack comes from the provider in DOUBLERUN_PROVIDER (auto by default).
+// When no provider can start, every test that asks for the stack fails with
+// the provider's instructions; nothing is skipped.
+package stacktest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios/stack"
+)
+
+var (
+	once   sync.Once
+	shared *stack.Stack
+	err    error
+)
+
+// Main runs m and closes the shared stack, also on SIGINT or SIGTERM.
+func Main(m *testing.M) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		closeShared()
+		os.Exit(130)
+	}()
+	code := m.Run()
+	closeShared()
+	os.Exit(code)
+}
+
+func closeShared() {
+	if shared != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = shared.Close(ctx)
+	}
+}
+
+// Shared returns the test binary's stack, starting it on first use. Call
+// Main from TestMain so it is closed.
+func Shared(t testing.TB) *stack.Stack {
+	t.Helper()
+	once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		shared, err = stack.Start(ctx, stack.Options{})
+	})
+	require.NoError(t, err, "start the test stack")
+	return shared
+}
+
+// DB is a database of one test's own, reachable through every endpoint of
+// the shared stack. Through PgBouncer it gets pools of its own, so pool
+// sizes hold per test.
+type DB struct {
+	Name        string
+	Stack       *stack.Stack
+	Postgres    stack.Endpoint
+	Session     stack.Endpoint
+	Transaction stack.Endpoint
+}
+
+// NewDB creates a fresh database on the shared stack and drops it when the
+// test ends.
+func NewDB(t testing.TB) DB {
+	t.Helper()
+	s := Shared(t)
+	return NewDBOn(t, s)
+}
+
+// NewDBOn creates a fresh database on s and drops it when the test ends.
+func NewDBOn(t testing.TB, s *stack.Stack) DB {
+	t.Helper()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "t_" + hex.EncodeToString(b)
+	ctx := context.Background()
+	MustExec(t, s.Postgres().DSN, fmt.Sprintf("CREATE DATABASE %s", name))
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, s.Postgres().DSN)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
+	})
+	return DB{
+		Name:        name,
+		Stack:       s,
+		Postgres:    s.Postgres().WithDatabase(name),
+		Session:     s.Session().WithDatabase(name),
+		Transaction: s.Transaction().WithDatabase(name),
+	}
+}
+
+// Endpoint returns db's endpoint called name ("postgres", "session" or
+// "transaction").
+func (db DB) Endpoint(name string) stack.Endpoint {
+	switch name {
+	case stack.PostgresName:
+		return db.Postgres
+	case stack.SessionName:
+		return db.Session
+	case stack.TransactionName:
+		return db.Transaction
+	}
+	panic("stacktest: no endpoint " + name)
+}
+
+// Connect opens a connection to ep with its safe query mode and closes it
+// when the test ends.
+func Connect(t testing.TB, ep stack.Endpoint) *pgx.Conn {
+	t.Helper()
+	cfg, err := ep.ConnConfig()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err, "connect to %s", ep.Name)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// MustExec runs sql on a connection of its own to dsn.
+func MustExec(t testing.TB, dsn, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql, args...)
+	require.NoError(t, err, "exec %q", sql)
+}

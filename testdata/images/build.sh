@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds doublerun's local Postgres and PgBouncer images from Debian packages,
+# for Docker engines that cannot reach a container registry.
+#
+#   debootstrap (minbase bookworm) -> docker import -> small Dockerfile per image
+#
+# Idempotent: an image that already exists is left alone. The root filesystem
+# is built outside the repository (gremlins copies the whole module root for
+# every worker), under $DOUBLERUN_IMAGE_WORKDIR.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+base=${DOUBLERUN_BASE_IMAGE:-doublerun/bookworm-base:local}
+pg=${DOUBLERUN_POSTGRES_IMAGE:-doublerun/postgres:15-local}
+pgb=${DOUBLERUN_PGBOUNCER_IMAGE:-doublerun/pgbouncer:1.18-local}
+workdir=${DOUBLERUN_IMAGE_WORKDIR:-/var/tmp/doublerun-images}
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+log() { printf 'images: %s\n' "$*" >&2; }
+have() { docker image inspect "$1" >/dev/null 2>&1; }
+
+if ! docker info >/dev/null 2>&1; then
+  log "docker engine not answering; start dockerd or use DOUBLERUN_PROVIDER=native"
+  exit 1
+fi
+
+if have "$pg" && have "$pgb"; then
+  log "$pg and $pgb already present; nothing to do"
+  exit 0
+fi
+
+if ! have "$base"; then
+  if [ "$(id -u)" != 0 ]; then
+    log "building the base image needs root (debootstrap and chroot); rerun with sudo"
+    exit 1
+  fi
+  if ! command -v debootstrap >/dev/null; then
+    log "debootstrap not found; install it: apt-get install -y debootstrap"
+    exit 1
+  fi
+  root="$workdir/rootfs"
+  rm -rf "$root"
+  mkdir -p "$workdir"
+  trap 'umount "$root/proc" 2>/dev/null || true; rm -rf "$root"' EXIT
+  start=$(date +%s)
+  log "debootstrap bookworm into $root (about a minute)"
+  debootstrap --variant=minbase bookworm "$root" "$mirror" >"$workdir/debootstrap.log" 2>&1 ||
+    { tail -20 "$workdir/debootstrap.log" >&2; log "debootstrap failed; see $workdir/debootstrap.log"; exit 1; }
+  log "installing postgresql-15 and pgbouncer into the root filesystem"
+  # Keep the package's postinst from creating and starting a cluster.
+  mkdir -p "$root/etc/postgresql-common/createcluster.d"
+  echo "create_main_cluster = false" >"$root/etc/postgresql-common/createcluster.d/doublerun.conf"
+  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+  chmod +x "$root/usr/sbin/policy-rc.d"
+  mount -t proc proc "$root/proc"
+  chroot "$root" /bin/sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15 pgbouncer ca-certificates && apt-get clean && rm -rf /var/lib/apt/lists/*' \
+    >"$workdir/apt.log" 2>&1 || { tail -20 "$workdir/apt.log" >&2; log "apt-get in chroot failed; see $workdir/apt.log"; exit 1; }
+  umount "$root/proc"
+  rm -f "$root/usr/sbin/policy-rc.d"
+  log "importing the root filesystem as $base"
+  tar -C "$root" -c . | docker import - "$base" >/dev/null
+  rm -rf "$root"
+  trap - EXIT
+  log "base image built in $(( $(date +%s) - start ))s"
+fi
+
+if ! have "$pg"; then
+  log "building $pg"
+  docker build -q --build-arg BASE="$base" -t "$pg" "$here/postgres" >/dev/null
+fi
+if ! have "$pgb"; then
+  log "building $pgb"
+  docker build -q --build-arg BASE="$base" -t "$pgb" "$here/pgbouncer" >/dev/null
+fi
+log "ready: DOUBLERUN_POSTGRES_IMAGE=$pg DOUBLERUN_PGBOUNCER_IMAGE=$pgb"
