@@ -180,6 +180,22 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 	return ep, nil
 }
 
+// RemovePgBouncer stops the bouncer called name for good and removes it.
+// The stack's own session and transaction bouncers cannot be removed.
+func (s *Stack) RemovePgBouncer(ctx context.Context, name string) error {
+	if name == SessionName || name == TransactionName {
+		return fmt.Errorf("remove pgbouncer: %q belongs to the stack; stop it instead", name)
+	}
+	b, err := s.bouncer(name)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.bouncers, name)
+	s.mu.Unlock()
+	return b.node.terminate(ctx)
+}
+
 // Provider reports which provider runs the stack.
 func (s *Stack) Provider() Provider { return s.provider }
 

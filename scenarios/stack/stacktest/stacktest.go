@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/pgbouncer"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
@@ -112,6 +113,23 @@ func NewDBOn(t testing.TB, s *stack.Stack) DB {
 		Session:     s.Session().WithDatabase(name),
 		Transaction: s.Transaction().WithDatabase(name),
 	}
+}
+
+// AddBouncer starts a PgBouncer with cfg (pool mode, pool size, reset
+// query, ...) on the shared stack, removes it when the test ends, and
+// returns its endpoint pointed at db. It fails the test on the external
+// provider, which cannot start servers.
+func (db DB) AddBouncer(t testing.TB, cfg pgbouncer.Config) stack.Endpoint {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "extra-" + hex.EncodeToString(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ep, err := db.Stack.AddPgBouncer(ctx, name, cfg)
+	require.NoError(t, err, "this test starts its own PgBouncer, which needs the docker or native provider")
+	t.Cleanup(func() { _ = db.Stack.RemovePgBouncer(context.Background(), name) })
+	return ep.WithDatabase(db.Name)
 }
 
 // Endpoint returns db's endpoint called name ("postgres", "session" or
