@@ -18,13 +18,17 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 log() { printf 'images: %s\n' "$*" >&2; }
 have() { docker image inspect "$1" >/dev/null 2>&1; }
+# recipe hashes an image's build directory; an image built from an older
+# recipe is rebuilt, so a changed entrypoint never goes untested.
+recipe() { (cd "$here/$1" && cat Dockerfile ./*.sh 2>/dev/null) | sha256sum | cut -c1-16; }
+current() { [ "$(docker image inspect -f '{{index .Config.Labels "io.doublerun.recipe"}}' "$1" 2>/dev/null)" = "$(recipe "$2")" ]; }
 
 if ! docker info >/dev/null 2>&1; then
   log "docker engine not answering; start dockerd or use DOUBLERUN_PROVIDER=native"
   exit 1
 fi
 
-if have "$pg" && have "$pgb"; then
+if current "$pg" postgres && current "$pgb" pgbouncer; then
   log "$pg and $pgb already present; nothing to do"
   exit 0
 fi
@@ -64,12 +68,13 @@ if ! have "$base"; then
   log "base image built in $(( $(date +%s) - start ))s"
 fi
 
-if ! have "$pg"; then
-  log "building $pg"
-  docker build -q --build-arg BASE="$base" -t "$pg" "$here/postgres" >/dev/null
-fi
-if ! have "$pgb"; then
-  log "building $pgb"
-  docker build -q --build-arg BASE="$base" -t "$pgb" "$here/pgbouncer" >/dev/null
-fi
+for spec in "$pg postgres" "$pgb pgbouncer"; do
+  set -- $spec
+  if ! current "$1" "$2"; then
+    log "building $1"
+    mkdir -p "$workdir"
+    docker build -q --build-arg BASE="$base" --label "io.doublerun.recipe=$(recipe "$2")" -t "$1" "$here/$2" \
+      >/dev/null 2>"$workdir/build-$2.log" || { cat "$workdir/build-$2.log" >&2; log "docker build of $1 failed"; exit 1; }
+  fi
+done
 log "ready: DOUBLERUN_POSTGRES_IMAGE=$pg DOUBLERUN_PGBOUNCER_IMAGE=$pgb"

@@ -14,7 +14,7 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   pw=$(mktemp)
   printf '%s\n' "$POSTGRES_PASSWORD" >"$pw"
   initdb -D "$PGDATA" -U "$POSTGRES_USER" --pwfile="$pw" \
-    --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+    --auth-local=trust --auth-host=scram-sha-256 --no-sync >/dev/null
   rm -f "$pw"
   echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
   echo "listen_addresses = '*'" >>"$PGDATA/postgresql.conf"
