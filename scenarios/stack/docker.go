@@ -5,7 +5,9 @@ import (
 
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +38,7 @@ const (
 // container's stop and start.
 type dockerBackend struct {
 	id             string
+	logger         *slog.Logger
 	net            *testcontainers.DockerNetwork
 	postgresImage  string
 	pgbouncerImage string
@@ -49,13 +52,26 @@ func dockerAvailable(ctx context.Context) (err error) {
 			err = fmt.Errorf("%v", r)
 		}
 	}()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// testcontainers falls back to other engines when DOCKER_HOST does not
+	// answer. A user who set DOCKER_HOST means that engine, so it is
+	// checked on its own first.
+	if host := os.Getenv("DOCKER_HOST"); host != "" {
+		cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			return fmt.Errorf("DOCKER_HOST=%s: %w", host, err)
+		}
+		defer cli.Close()
+		if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
+			return fmt.Errorf("DOCKER_HOST=%s: %w", host, err)
+		}
+	}
 	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	_, err = cli.Ping(ctx, client.PingOptions{})
 	return err
 }
@@ -67,9 +83,9 @@ func newDockerBackend(ctx context.Context, opts Options) (*dockerBackend, error)
 	id := randomPassword()[:12]
 	nw, err := tcnetwork.New(ctx, tcnetwork.WithLabels(map[string]string{LabelStack: id}))
 	if err != nil {
-		return nil, fmt.Errorf("docker: create network: %w", err)
+		return nil, fmt.Errorf("docker: create network: %w%s", err, imageHint(err))
 	}
-	return &dockerBackend{id: id, net: nw, postgresImage: opts.PostgresImage, pgbouncerImage: opts.PgBouncerImage}, nil
+	return &dockerBackend{id: id, logger: opts.Logger, net: nw, postgresImage: opts.PostgresImage, pgbouncerImage: opts.PgBouncerImage}, nil
 }
 
 func (b *dockerBackend) request(image string, alias string, containerPort, hostPort int) testcontainers.ContainerRequest {
@@ -87,7 +103,9 @@ func (b *dockerBackend) request(image string, alias string, containerPort, hostP
 }
 
 func (b *dockerBackend) run(ctx context.Context, name string, req testcontainers.ContainerRequest) (*dockerNode, error) {
-	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{ContainerRequest: req, Started: true})
+	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: req, Started: true, Logger: slogPrintf{b.logger},
+	})
 	var n *dockerNode
 	if ctr != nil {
 		n = &dockerNode{name: name, ctr: ctr}
@@ -197,6 +215,14 @@ func (n *dockerNode) logs(ctx context.Context) string {
 	defer rc.Close()
 	data, _ := io.ReadAll(io.LimitReader(rc, 1<<20))
 	return fmt.Sprintf("--- %s container log ---\n%s", n.name, tail(data, 40))
+}
+
+// slogPrintf sends testcontainers' progress lines to slog at debug level,
+// so they do not interleave with doublerun's own output.
+type slogPrintf struct{ l *slog.Logger }
+
+func (p slogPrintf) Printf(format string, v ...any) {
+	p.l.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "testcontainers")
 }
 
 func imageHint(err error) string {

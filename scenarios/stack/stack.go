@@ -23,6 +23,12 @@ const (
 	Database  = "doublerun"
 )
 
+// testHookBackend lets tests see the backend of a stack whose Start fails.
+var testHookBackend func(backend)
+
+// testHookNodes lets tests see the servers a failed Start had started.
+var testHookNodes func([]node)
+
 // ErrNotSupported is returned for operations the provider cannot perform,
 // such as restarting a server the external provider does not own.
 var ErrNotSupported = errors.New("not supported by this provider")
@@ -39,7 +45,6 @@ type Stack struct {
 	postgres  Endpoint
 	pgNode    node
 	bouncers  map[string]*bouncer
-	closed    bool
 	closeErr  error
 	closeOnce sync.Once
 }
@@ -85,6 +90,10 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	if testHookBackend != nil {
+		testHookBackend(b)
+	}
+	opts.Logger.Info("starting stack", "provider", provider)
 	s := &Stack{
 		provider: provider,
 		backend:  b,
@@ -94,6 +103,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	begin := time.Now()
 	if err := s.start(ctx, opts); err != nil {
+		if testHookNodes != nil {
+			testHookNodes(s.nodes())
+		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		return nil, errors.Join(err, s.Close(cctx))
@@ -166,10 +178,14 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 	if err := waitReady(ctx, ep.DSN, n); err != nil {
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
 	}
-	ep.Version, err = bouncerVersion(ctx, ep.AdminDSN)
+	// Version and max_prepared_statements are read back rather than
+	// assumed: an image's PgBouncer may differ from what was asked for,
+	// and the defaults change between releases.
+	seen, err := describeBouncer(ctx, name, ep.DSN, ep.AdminDSN)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
 	}
+	ep.Version, ep.MaxPreparedStatements = seen.Version, seen.MaxPreparedStatements
 	if cfg.MaxPreparedStatements > 0 && !pgbouncer.SupportsPreparedStatements(ep.Version) {
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: max_prepared_statements needs PgBouncer 1.21 or later, have %s; use a newer image or leave it 0", name, ep.Version)
 	}
@@ -311,20 +327,8 @@ func (s *Stack) bouncer(name string) (*bouncer, error) {
 // and networks, or processes and temp dirs. It is idempotent.
 func (s *Stack) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		var nodes []node
-		for _, b := range s.bouncers {
-			if b != nil && b.node != nil {
-				nodes = append(nodes, b.node)
-			}
-		}
-		s.mu.Unlock()
-		if s.pgNode != nil {
-			nodes = append(nodes, s.pgNode)
-		}
 		var errs []error
-		for _, n := range nodes {
+		for _, n := range s.nodes() {
 			errs = append(errs, n.terminate(ctx))
 		}
 		if s.backend != nil {
@@ -333,6 +337,23 @@ func (s *Stack) Close(ctx context.Context) error {
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
+}
+
+// nodes lists the running servers, bouncers first so they stop before the
+// Postgres they forward to.
+func (s *Stack) nodes() []node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var nodes []node
+	for _, b := range s.bouncers {
+		if b != nil && b.node != nil {
+			nodes = append(nodes, b.node)
+		}
+	}
+	if s.pgNode != nil {
+		nodes = append(nodes, s.pgNode)
+	}
+	return nodes
 }
 
 // waitReady polls dsn until a query succeeds. It gives up early when n
@@ -377,15 +398,6 @@ func ping(ctx context.Context, dsn string) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	var one int
 	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
-
-func bouncerVersion(ctx context.Context, adminDSN string) (string, error) {
-	a, err := pgbouncer.ConnectAdmin(ctx, adminDSN)
-	if err != nil {
-		return "", err
-	}
-	defer a.Close(context.WithoutCancel(ctx))
-	return a.Version(ctx)
 }
 
 func randomPassword() string {

@@ -1,0 +1,256 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/require"
+	"github.com/testcontainers/testcontainers-go"
+)
+
+// shared is one stack for the tests that only read from it; tests that
+// restart or tear down servers start their own.
+var shared struct {
+	once sync.Once
+	s    *Stack
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.s != nil {
+		_ = shared.s.Close(context.Background())
+	}
+	os.Exit(code)
+}
+
+func sharedStack(t *testing.T) *Stack {
+	t.Helper()
+	shared.once.Do(func() { shared.s, shared.err = Start(context.Background(), Options{}) })
+	require.NoError(t, shared.err)
+	return shared.s
+}
+
+func connect(t *testing.T, ep Endpoint) *pgx.Conn {
+	t.Helper()
+	cfg, err := ep.ConnConfig()
+	require.NoError(t, err)
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err, "connect to %s", ep.Name)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+func backendPID(t *testing.T, conn *pgx.Conn) int32 {
+	t.Helper()
+	var pid int32
+	require.NoError(t, conn.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
+	return pid
+}
+
+func TestStartAnswersOnEveryEndpoint(t *testing.T) {
+	t.Parallel()
+	s := sharedStack(t)
+	eps := s.Endpoints()
+	require.Len(t, eps, 3)
+	for _, ep := range eps {
+		t.Run(ep.Name, func(t *testing.T) {
+			conn := connect(t, ep)
+			var db string
+			require.NoError(t, conn.QueryRow(context.Background(), "SELECT current_database()").Scan(&db))
+			require.Equal(t, Database, db)
+		})
+	}
+	require.Equal(t, "transaction", string(s.Transaction().PoolMode))
+	require.Equal(t, 1, s.Transaction().PoolSize)
+	require.Equal(t, "session", string(s.Session().PoolMode))
+	require.NotEmpty(t, s.Session().Version)
+	require.NotEmpty(t, s.Transaction().AdminDSN)
+}
+
+// The pool mode is proven by what two clients observe, not by the config.
+func TestPoolModeShowsInBehaviour(t *testing.T) {
+	t.Parallel()
+	s := sharedStack(t)
+	for _, tc := range []struct {
+		endpoint        string
+		samePID         bool
+		secondLockTaken bool
+	}{
+		{endpoint: TransactionName, samePID: true, secondLockTaken: true},
+		{endpoint: SessionName, samePID: false, secondLockTaken: false},
+	} {
+		t.Run(tc.endpoint, func(t *testing.T) {
+			ep, ok := s.Endpoint(tc.endpoint)
+			require.True(t, ok)
+			a, b := connect(t, ep), connect(t, ep)
+			require.Equal(t, tc.samePID, backendPID(t, a) == backendPID(t, b), "same backend PID")
+
+			key := int32(time.Now().UnixNano() % 1_000_000)
+			var got bool
+			ctx := context.Background()
+			require.NoError(t, a.QueryRow(ctx, "SELECT pg_try_advisory_lock(1, $1)", key).Scan(&got))
+			require.True(t, got, "first client takes the lock")
+			require.NoError(t, b.QueryRow(ctx, "SELECT pg_try_advisory_lock(1, $1)", key).Scan(&got))
+			require.Equal(t, tc.secondLockTaken, got, "second client's pg_try_advisory_lock")
+			if tc.endpoint == TransactionName {
+				// The lock leaked onto the pooled backend; free it for others.
+				_, err := a.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+				require.NoError(t, err)
+			}
+		})
+	}
+}
+
+func TestExternalProviderReadsExportedDSNs(t *testing.T) {
+	t.Parallel()
+	s := sharedStack(t)
+	env := map[string]string{}
+	for _, line := range s.ExportLines() {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		require.True(t, ok, line)
+		env[k] = strings.Trim(v, "'")
+	}
+	require.Equal(t, "external", env[EnvProvider])
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+
+	ext, err := Start(context.Background(), Options{lookupEnv: lookup})
+	require.NoError(t, err)
+	require.Equal(t, ProviderExternal, ext.Provider())
+	require.Equal(t, s.Endpoints(), ext.Endpoints(), "pool modes, sizes and versions read back from the admin consoles")
+	for _, ep := range ext.Endpoints() {
+		connect(t, ep)
+	}
+	require.ErrorIs(t, ext.RestartPostgres(context.Background()), ErrNotSupported)
+	require.NoError(t, ext.Close(context.Background()))
+	connect(t, s.Postgres()) // closing an external stack leaves the servers alone
+}
+
+func TestExternalProviderRejectsBadDSNs(t *testing.T) {
+	t.Parallel()
+	good := "postgres://u:p@127.0.0.1:1/db"
+	env := map[string]string{
+		EnvProvider: "external", EnvPostgresDSN: good, EnvSessionDSN: "postgres://u:p@host:notaport/db",
+		EnvSessionAdminDSN: good, EnvTransactionDSN: good, EnvTransactionAdminDSN: good,
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	_, err := Start(context.Background(), Options{lookupEnv: lookup})
+	require.ErrorContains(t, err, EnvSessionDSN+" is not a valid DSN")
+	require.NotContains(t, err.Error(), "\n", "one line")
+
+	delete(env, EnvTransactionDSN)
+	env[EnvSessionDSN] = good
+	_, err = Start(context.Background(), Options{lookupEnv: lookup})
+	require.ErrorContains(t, err, EnvTransactionDSN+" is not set; run `doublerun stack up`")
+}
+
+func TestUnknownProviderIsRejected(t *testing.T) {
+	t.Parallel()
+	_, err := Start(context.Background(), Options{Provider: "kubernetes"})
+	require.EqualError(t, err, `unknown provider "kubernetes" (from DOUBLERUN_PROVIDER or Options.Provider); use auto, docker, native or external`)
+}
+
+func TestNativeNamesMissingBinaries(t *testing.T) {
+	t.Parallel()
+	_, err := Start(context.Background(), Options{Provider: ProviderNative, PostgresBinDir: "/nonexistent"})
+	require.ErrorContains(t, err, "initdb not found in DOUBLERUN_POSTGRES_BINDIR=/nonexistent; install package postgresql-15")
+
+	_, err = Start(context.Background(), Options{Provider: ProviderNative, PgBouncerBin: "/nonexistent/pgbouncer"})
+	require.ErrorContains(t, err, "pgbouncer binary not found at DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer; install package pgbouncer")
+}
+
+func TestRestartsKeepEndpointsAnswering(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	before := s.Endpoints()
+
+	require.NoError(t, s.RestartPgBouncer(ctx, TransactionName))
+	require.NoError(t, s.StopPgBouncer(ctx, SessionName))
+	require.Error(t, ping(ctx, s.Session().DSN), "a stopped bouncer refuses connections")
+	require.NoError(t, s.StartPgBouncer(ctx, SessionName))
+	require.NoError(t, s.StopPostgres(ctx))
+	require.Error(t, ping(ctx, s.Postgres().DSN), "a stopped postgres refuses connections")
+	require.NoError(t, s.StartPostgres(ctx))
+
+	require.Equal(t, before, s.Endpoints(), "addresses survive restarts")
+	for _, ep := range s.Endpoints() {
+		require.Eventually(t, func() bool { return ping(ctx, ep.DSN) == nil }, 20*time.Second, 100*time.Millisecond,
+			"%s answers after the restarts", ep.Name)
+	}
+}
+
+// captureBackend records the backend of the next Start in this process.
+// Tests that use it do not run in parallel with each other.
+func captureBackend(t *testing.T) *backend {
+	var b backend
+	testHookBackend = func(got backend) { b = got }
+	t.Cleanup(func() { testHookBackend = nil })
+	return &b
+}
+
+func TestCloseLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	got := captureBackend(t)
+	s, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	nodes := s.nodes()
+	require.NoError(t, s.Close(ctx))
+	requireNothingLeft(t, *got, nodes)
+	require.NoError(t, s.Close(ctx), "Close is idempotent")
+}
+
+func TestFailedStartLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	opts, err := Options{}.FromEnv()
+	require.NoError(t, err)
+	opts.PgBouncerBin = "/bin/false"                        // native: exits at once
+	opts.PgBouncerImage = "doublerun/no-such-image:missing" // docker: cannot be found or pulled
+	got := captureBackend(t)
+	var nodes []node
+	testHookNodes = func(n []node) { nodes = n }
+	t.Cleanup(func() { testHookNodes = nil })
+
+	_, err = Start(ctx, opts)
+	require.Error(t, err)
+	require.NotNil(t, *got)
+	require.NotEmpty(t, nodes, "postgres had started before the bouncer failed")
+	requireNothingLeft(t, *got, nodes)
+}
+
+func requireNothingLeft(t *testing.T, b backend, nodes []node) {
+	t.Helper()
+	switch b := b.(type) {
+	case *nativeBackend:
+		_, err := os.Stat(b.dir)
+		require.True(t, errors.Is(err, os.ErrNotExist), "temp dir %s removed", b.dir)
+		for _, n := range nodes {
+			p := n.(*process)
+			err := syscall.Kill(p.cmd.Process.Pid, 0)
+			require.ErrorIs(t, err, syscall.ESRCH, "%s (pid %d) has exited", p.name, p.cmd.Process.Pid)
+		}
+	case *dockerBackend:
+		cli, err := testcontainers.NewDockerClientWithOpts(context.Background())
+		require.NoError(t, err)
+		defer cli.Close()
+		f := client.Filters{}.Add("label", LabelStack+"="+b.id)
+		ctrs, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
+		require.NoError(t, err)
+		require.Empty(t, ctrs.Items, "containers of stack %s", b.id)
+		nets, err := cli.NetworkList(context.Background(), client.NetworkListOptions{Filters: f})
+		require.NoError(t, err)
+		require.Empty(t, nets.Items, "networks of stack %s", b.id)
+	default:
+		t.Fatalf("unexpected backend %T", b)
+	}
+}
