@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The test binary doubles as the CLI: with DOUBLERUN_TEST_CLI=1 it runs
+// main's logic on its arguments, so tests exercise real exit codes and
+// output without building a separate binary.
+func TestMain(m *testing.M) {
+	if os.Getenv("DOUBLERUN_TEST_CLI") == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+func cliCommand(t *testing.T, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(append(os.Environ(), "DOUBLERUN_TEST_CLI=1"), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+func cli(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := cliCommand(t, env, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code = cmd.ProcessState.ExitCode()
+	if code < 0 {
+		require.NoError(t, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"UnknownProvider", []string{"DOUBLERUN_PROVIDER=kubernetes"}, []string{"stack", "up"},
+			`doublerun stack: unknown provider "kubernetes" (from DOUBLERUN_PROVIDER or Options.Provider); use auto, docker, native or external`},
+		{"MalformedDSN", []string{
+			"DOUBLERUN_POSTGRES_DSN=postgres://u:p@127.0.0.1:1/db",
+			"DOUBLERUN_SESSION_DSN=postgres://u:p@127.0.0.1:notaport/db",
+			"DOUBLERUN_SESSION_ADMIN_DSN=postgres://u:p@127.0.0.1:1/pgbouncer",
+			"DOUBLERUN_TRANSACTION_DSN=postgres://u:p@127.0.0.1:1/db",
+			"DOUBLERUN_TRANSACTION_ADMIN_DSN=postgres://u:p@127.0.0.1:1/pgbouncer",
+		}, []string{"stack", "check"},
+			"doublerun stack: external provider: DOUBLERUN_SESSION_DSN is not a valid DSN"},
+		{"MissingPostgresBinaries", []string{"DOUBLERUN_PROVIDER=native", "DOUBLERUN_POSTGRES_BINDIR=/nonexistent"}, []string{"stack", "up"},
+			"doublerun stack: initdb not found in DOUBLERUN_POSTGRES_BINDIR=/nonexistent; install package postgresql-15"},
+		{"MissingPgBouncerBinary", []string{"DOUBLERUN_PROVIDER=native", "DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer"}, []string{"stack", "up"},
+			"doublerun stack: pgbouncer binary not found at DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer; install package pgbouncer"},
+		{"DockerNotAnswering", []string{"DOUBLERUN_PROVIDER=docker", "DOCKER_HOST=tcp://127.0.0.1:1"}, []string{"stack", "up"},
+			"doublerun stack: docker engine not answering"},
+		{"NoProviderCanStart", []string{"DOUBLERUN_PROVIDER=auto", "DOCKER_HOST=tcp://127.0.0.1:1", "DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer"}, []string{"stack", "up"},
+			"doublerun stack: no provider can start a stack: docker: "},
+		{"UnknownCommand", nil, []string{"stak"}, `doublerun: unknown command "stak"; valid commands: `},
+		{"UnknownSubcommand", nil, []string{"stack", "down"}, `doublerun stack: unknown subcommand "down": use up or check`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := cli(t, tc.env, tc.args...)
+			require.NotZero(t, code)
+			require.Empty(t, stdout)
+			first, _, _ := strings.Cut(stderr, "\n")
+			require.True(t, strings.HasPrefix(first, tc.want), "stderr: %q\nwant prefix: %q", stderr, tc.want)
+			if code == 1 {
+				require.Equal(t, first+"\n", stderr, "exactly one line")
+			}
+		})
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{}, {"help"}, {"stack", "--help"}, {"stack", "up", "--help"}, {"version", "--help"}} {
+		_, _, code := cli(t, nil, args...)
+		require.Zero(t, code, "doublerun %v", args)
+	}
+	stdout, _, code := cli(t, nil, "version")
+	require.Zero(t, code)
+	require.True(t, strings.HasPrefix(stdout, "doublerun "), stdout)
+}
+
+// stack up prints export lines that stack check can use, and on Ctrl-C
+// removes everything: afterwards no endpoint port answers.
+func TestStackUpExportsAndCleansUpOnInterrupt(t *testing.T) {
+	t.Parallel()
+	cmd := cliCommand(t, nil, "stack", "up")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	var exports []string
+	sc := bufio.NewScanner(stdout)
+	for len(exports) < 6 && sc.Scan() {
+		exports = append(exports, sc.Text())
+	}
+	require.Len(t, exports, 6, "stderr: %s", stderr.String())
+	var env, hosts []string
+	for _, line := range exports {
+		kv := strings.TrimPrefix(line, "export ")
+		k, v, _ := strings.Cut(kv, "=")
+		v = strings.Trim(v, "'")
+		env = append(env, k+"="+v)
+		if strings.HasSuffix(k, "_DSN") {
+			u, err := url.Parse(v)
+			require.NoError(t, err)
+			hosts = append(hosts, u.Host)
+		}
+	}
+
+	out, errOut, code := cli(t, env, "stack", "check")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "two clients share backend", "transaction pool of one")
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stack up exits 0 after Ctrl-C; stderr: %s", stderr.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("stack up did not exit after SIGINT")
+	}
+	for _, h := range hosts {
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", h)
+		if err == nil {
+			c.Close()
+		}
+		require.Error(t, err, "%s still answers after stack up exited", h)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a child process writes while the test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
