@@ -1,0 +1,37 @@
+# doublerun — see README.md. Every target honours DOUBLERUN_PROVIDER and the
+# other DOUBLERUN_* variables described there.
+
+GO       ?= go
+PKGS     ?= ./...
+# Packages whose tests are about the stack itself; CI runs them once per
+# provider.
+STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
+TEST_FLAGS ?= -race -count=1 -timeout 30m
+
+.PHONY: all build test test-stack images stack lint
+
+all: lint build test
+
+build:
+	$(GO) build -o bin/doublerun ./cmd/doublerun
+
+## test: every test, race detector on, nothing cached.
+test:
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+## test-stack: the stack, pgbouncer and CLI tests only.
+test-stack:
+	$(GO) test $(TEST_FLAGS) $(STACK_PKGS)
+
+## images: build the local Postgres and PgBouncer images from Debian packages
+## (for Docker engines without a registry). Does nothing when they exist.
+images:
+	bash testdata/images/build.sh
+
+## stack: start a stack and print export lines for the external provider.
+stack:
+	$(GO) run ./cmd/doublerun stack up
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
