@@ -1,0 +1,189 @@
+package oracle
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func iv(replica string, token int64, from, to int) Interval {
+	return Interval{Replica: replica, Token: token, Start: at(from), End: at(to)}
+}
+
+func ms(n int) Duration { return Duration(time.Duration(n) * time.Millisecond) }
+
+func TestAnalyzeDoubleRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		intervals []Interval
+		episodes  int
+		total     Duration
+		longest   Duration
+		most      int
+	}{
+		{"OneLeaderNeverDoubleRuns", []Interval{iv("a", 1, 0, 100), iv("a", 1, 110, 200)}, 0, 0, 0, 1},
+		{"TwoLeadersOverlapOnce", []Interval{iv("a", 1, 0, 100), iv("b", 2, 50, 150)}, 1, ms(50), ms(50), 2},
+		{"TouchingIntervalsDoNotOverlap", []Interval{iv("a", 1, 0, 100), iv("b", 2, 100, 200)}, 0, 0, 0, 1},
+		{"AReplicaCannotDoubleRunWithItself", []Interval{iv("a", 1, 0, 100), iv("a", 1, 50, 150)}, 0, 0, 0, 1},
+		{"ThreeWayOverlapIsOneEpisode", []Interval{iv("a", 1, 0, 100), iv("b", 1, 20, 80), iv("c", 1, 40, 60)}, 1, ms(60), ms(60), 3},
+		{"SeparateEpisodesAreCounted", []Interval{
+			iv("a", 1, 0, 100), iv("b", 1, 90, 110), // 10 ms
+			iv("a", 1, 200, 300), iv("b", 1, 250, 330), // 50 ms
+		}, 2, ms(60), ms(50), 2},
+		{"ChainedOverlapsStayOneEpisode", []Interval{iv("a", 1, 0, 100), iv("b", 1, 50, 200), iv("c", 1, 150, 250)}, 2, ms(100), ms(50), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := Analyze(History{Intervals: tc.intervals}, Options{})
+			require.Equal(t, tc.episodes, m.DoubleRun.Episodes, "episodes")
+			require.Equal(t, tc.total, m.DoubleRun.Total, "total")
+			require.Equal(t, tc.longest, m.DoubleRun.Longest, "longest")
+			require.Equal(t, tc.most, m.MaxConcurrentLeaders, "most at once")
+			require.Len(t, m.DoubleRun.Spans, tc.episodes)
+		})
+	}
+}
+
+func TestAnalyzeLeaderless(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		h          History
+		tolerance  time.Duration
+		episodes   int
+		total      Duration
+		longestGap Duration
+	}{
+		{"GapsWithinToleranceAreLeadership",
+			History{Intervals: []Interval{iv("a", 1, 0, 100), iv("a", 1, 120, 200)}}, 50 * time.Millisecond, 0, 0, 0},
+		{"GapBeyondToleranceIsLeaderless",
+			History{Intervals: []Interval{iv("a", 1, 0, 100), iv("b", 2, 400, 500)}}, 50 * time.Millisecond, 1, ms(300), ms(300)},
+		{"SpanEdgesCount",
+			History{Start: at(0), End: at(1000), Intervals: []Interval{iv("a", 1, 200, 800)}}, 50 * time.Millisecond, 2, ms(400), ms(200)},
+		{"NoWorkAtAllIsAllLeaderless",
+			History{Start: at(0), End: at(1000)}, 50 * time.Millisecond, 1, ms(1000), ms(1000)},
+		{"OverlapsAreNotGaps",
+			History{Intervals: []Interval{iv("a", 1, 0, 100), iv("b", 2, 50, 300), iv("a", 3, 350, 400)}}, 10 * time.Millisecond, 1, ms(50), ms(50)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := Analyze(tc.h, Options{GapTolerance: tc.tolerance})
+			require.Equal(t, tc.episodes, m.Leaderless.Episodes, "episodes")
+			require.Equal(t, tc.total, m.Leaderless.Total, "total")
+			require.Equal(t, tc.longestGap, m.Leaderless.Longest, "longest")
+		})
+	}
+}
+
+func TestAnalyzeClipsToTheMeasuredSpan(t *testing.T) {
+	t.Parallel()
+	h := History{Start: at(100), End: at(200), Intervals: []Interval{iv("a", 1, 0, 150), iv("b", 2, 120, 400)}}
+	m := Analyze(h, Options{})
+	require.Equal(t, ms(30), m.DoubleRun.Total)
+	require.Equal(t, Duration(0), m.Leaderless.Total)
+}
+
+func TestAnalyzeStaleWrites(t *testing.T) {
+	t.Parallel()
+	h := History{
+		Grants: []Grant{{"a", 1, at(0)}, {"b", 2, at(500)}, {"a", 3, at(900)}},
+		Writes: []Write{
+			{"a", 1, at(100), true},  // token 1 is newest: fine
+			{"a", 1, at(600), true},  // token 2 granted at 500: accepted stale
+			{"a", 1, at(700), false}, // the fence refused it
+			{"b", 2, at(800), true},  // fine
+			{"b", 2, at(950), true},  // token 3 granted at 900: accepted stale
+		},
+	}
+	m := Analyze(h, Options{})
+	require.Equal(t, StaleWrites{Accepted: 2, Rejected: 1}, m.StaleWrites)
+	require.Equal(t, 4, m.Writes)
+	require.Equal(t, 3, m.Terms)
+	require.Equal(t, 2, m.LeadershipChanges)
+}
+
+func TestAnalyzeFailoverLatency(t *testing.T) {
+	t.Parallel()
+	h := History{
+		Grants:    []Grant{{"a", 1, at(0)}, {"b", 2, at(1200)}},
+		Intervals: []Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)},
+		Events:    []Event{{Kind: EventFault, Replica: "a", At: at(1000)}},
+	}
+	m := Analyze(h, Options{})
+	require.NotNil(t, m.FailoverLatency)
+	require.Equal(t, ms(250), *m.FailoverLatency)
+
+	h.Events = nil
+	require.Nil(t, Analyze(h, Options{}).FailoverLatency, "no fault, no failover")
+
+	h.Events = []Event{{Kind: EventFault, At: at(1500)}}
+	require.Nil(t, Analyze(h, Options{}).FailoverLatency, "no term granted after the fault")
+}
+
+func TestDurationJSONRoundTrips(t *testing.T) {
+	t.Parallel()
+	b, err := json.Marshal(ms(1500) + Duration(250*time.Microsecond))
+	require.NoError(t, err)
+	require.Equal(t, "1500.250", string(b))
+	var d Duration
+	require.NoError(t, json.Unmarshal(b, &d))
+	require.Equal(t, ms(1500)+Duration(250*time.Microsecond), d)
+}
+
+// The sweep-line arithmetic agrees with brute force on a millisecond grid
+// for random histories.
+func TestAnalyzeMatchesBruteForce(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 300 {
+		var ivs []Interval
+		replicas := []string{"a", "b", "c"}
+		for range 1 + rng.IntN(8) {
+			from := rng.IntN(1000)
+			ivs = append(ivs, iv(replicas[rng.IntN(3)], 1, from, from+1+rng.IntN(300)))
+		}
+		tolerance := rng.IntN(50)
+		start, end := 0, 1300
+		h := History{Start: at(start), End: at(end), Intervals: ivs}
+		m := Analyze(h, Options{GapTolerance: time.Duration(tolerance) * time.Millisecond})
+
+		// Brute force: count distinct replicas working in each ms slot.
+		double, most := 0, 0
+		busy := make([]bool, end)
+		for slot := start; slot < end; slot++ {
+			who := map[string]bool{}
+			for _, v := range ivs {
+				if at(slot).Compare(v.Start) >= 0 && at(slot).Before(v.End) {
+					who[v.Replica] = true
+				}
+			}
+			if len(who) >= 2 {
+				double++
+			}
+			busy[slot] = len(who) > 0
+			most = max(most, len(who))
+		}
+		idle, run := 0, 0
+		for slot := start; slot <= end; slot++ {
+			if slot < end && !busy[slot] {
+				run++
+				continue
+			}
+			if run > tolerance {
+				idle += run
+			}
+			run = 0
+		}
+		require.Equal(t, ms(double), m.DoubleRun.Total, "trial %d double-run: %+v", trial, ivs)
+		require.Equal(t, most, m.MaxConcurrentLeaders, "trial %d most", trial)
+		require.Equal(t, ms(idle), m.Leaderless.Total, "trial %d leaderless (tolerance %d): %+v", trial, tolerance, ivs)
+	}
+}

@@ -1,0 +1,195 @@
+package oracle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Table names. SideEffects lives on the work endpoint's database, which in
+// every topology is the same database as the oracle's.
+const (
+	WorkTable        = "doublerun_oracle_work"
+	GrantsTable      = "doublerun_oracle_grants"
+	EventsTable      = "doublerun_oracle_events"
+	RejectedTable    = "doublerun_oracle_rejected"
+	SideEffectsTable = "doublerun_side_effects"
+)
+
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS ` + WorkTable + ` (
+		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, backend_pid int NOT NULL DEFAULT 0,
+		started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz)`,
+	`CREATE TABLE IF NOT EXISTS ` + GrantsTable + ` (
+		replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(),
+		PRIMARY KEY (replica, token))`,
+	`CREATE TABLE IF NOT EXISTS ` + EventsTable + ` (
+		id bigserial PRIMARY KEY, kind text NOT NULL, replica text NOT NULL DEFAULT '', detail text NOT NULL DEFAULT '',
+		at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+	`CREATE TABLE IF NOT EXISTS ` + RejectedTable + ` (
+		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+	`CREATE TABLE IF NOT EXISTS ` + SideEffectsTable + ` (
+		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+}
+
+// Migrate creates the oracle's tables. Run it on a direct connection.
+func Migrate(ctx context.Context, conn *pgx.Conn) error {
+	for _, ddl := range schema {
+		if _, err := conn.Exec(ctx, ddl); err != nil {
+			return fmt.Errorf("oracle: migrate: %w", err)
+		}
+	}
+	return nil
+}
+
+// Recorder logs one replica's leader work through a direct connection. It
+// is safe for concurrent use.
+type Recorder struct {
+	pool    *pgxpool.Pool
+	replica string
+}
+
+// NewRecorder connects to the direct DSN. Its statements use
+// QueryExecModeExec, so a recorder works wherever it is pointed.
+func NewRecorder(ctx context.Context, dsn, replica string) (*Recorder, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("oracle: %w", err)
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.ConnConfig.RuntimeParams["application_name"] = "doublerun-oracle-" + replica
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("oracle: %w", err)
+	}
+	return &Recorder{pool: pool, replica: replica}, nil
+}
+
+// Close closes the connection.
+func (r *Recorder) Close() { r.pool.Close() }
+
+// Begin logs the start of a piece of work and returns its id for End.
+func (r *Recorder) Begin(ctx context.Context, token int64, backendPID int32) (int64, error) {
+	var id int64
+	err := r.pool.QueryRow(ctx, `INSERT INTO `+WorkTable+` (replica, token, backend_pid) VALUES ($1, $2, $3) RETURNING id`,
+		r.replica, token, backendPID).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("oracle: begin work: %w", err)
+	}
+	return id, nil
+}
+
+// End logs the end of the piece of work id.
+func (r *Recorder) End(ctx context.Context, id int64) error {
+	if _, err := r.pool.Exec(ctx, `UPDATE `+WorkTable+` SET ended_at = clock_timestamp() WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("oracle: end work: %w", err)
+	}
+	return nil
+}
+
+// Grant logs that this replica is leader under token; only the first call
+// per token is kept.
+func (r *Recorder) Grant(ctx context.Context, token int64) error {
+	_, err := r.pool.Exec(ctx, `INSERT INTO `+GrantsTable+` (replica, token) VALUES ($1, $2) ON CONFLICT DO NOTHING`, r.replica, token)
+	if err != nil {
+		return fmt.Errorf("oracle: grant: %w", err)
+	}
+	return nil
+}
+
+// Rejected logs a side-effect write the fence refused.
+func (r *Recorder) Rejected(ctx context.Context, token int64) error {
+	if _, err := r.pool.Exec(ctx, `INSERT INTO `+RejectedTable+` (replica, token) VALUES ($1, $2)`, r.replica, token); err != nil {
+		return fmt.Errorf("oracle: rejected write: %w", err)
+	}
+	return nil
+}
+
+// LogEvent logs an event through any direct connection and returns its
+// time on the one clock.
+func LogEvent(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, kind, replica, detail string) (time.Time, error) {
+	var at time.Time
+	err := db.QueryRow(ctx, `INSERT INTO `+EventsTable+` (kind, replica, detail) VALUES ($1, $2, $3) RETURNING at`,
+		kind, replica, detail).Scan(&at)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("oracle: event %s: %w", kind, err)
+	}
+	return at, nil
+}
+
+// Load reads the history of a run measured from start to end. Work that
+// was never ended ends at the replica's death (killed or stopped) after
+// its start, else at end.
+func Load(ctx context.Context, conn *pgx.Conn, start, end time.Time) (History, error) {
+	h := History{Start: start, End: end}
+	rows, err := conn.Query(ctx, `SELECT kind, replica, detail, at FROM `+EventsTable+` ORDER BY at, id`)
+	if err != nil {
+		return h, fmt.Errorf("oracle: load events: %w", err)
+	}
+	h.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		return e, r.Scan(&e.Kind, &e.Replica, &e.Detail, &e.At)
+	})
+	if err != nil {
+		return h, fmt.Errorf("oracle: load events: %w", err)
+	}
+	rows, err = conn.Query(ctx, `SELECT replica, token, backend_pid, started_at, ended_at FROM `+WorkTable+` ORDER BY started_at, id`)
+	if err != nil {
+		return h, fmt.Errorf("oracle: load work: %w", err)
+	}
+	h.Intervals, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Interval, error) {
+		var iv Interval
+		var ended *time.Time
+		if err := r.Scan(&iv.Replica, &iv.Token, &iv.BackendPID, &iv.Start, &ended); err != nil {
+			return iv, err
+		}
+		if ended != nil {
+			iv.End = *ended
+		} else {
+			iv.Open, iv.End = true, deathAfter(h.Events, iv.Replica, iv.Start, end)
+		}
+		return iv, nil
+	})
+	if err != nil {
+		return h, fmt.Errorf("oracle: load work: %w", err)
+	}
+	rows, err = conn.Query(ctx, `SELECT replica, token, at FROM `+GrantsTable+` ORDER BY at`)
+	if err != nil {
+		return h, fmt.Errorf("oracle: load grants: %w", err)
+	}
+	h.Grants, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Grant, error) {
+		var g Grant
+		return g, r.Scan(&g.Replica, &g.Token, &g.At)
+	})
+	if err != nil {
+		return h, fmt.Errorf("oracle: load grants: %w", err)
+	}
+	rows, err = conn.Query(ctx, `SELECT replica, token, at, true FROM `+SideEffectsTable+`
+		UNION ALL SELECT replica, token, at, false FROM `+RejectedTable+` ORDER BY 3`)
+	if err != nil {
+		return h, fmt.Errorf("oracle: load writes: %w", err)
+	}
+	h.Writes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Write, error) {
+		var w Write
+		return w, r.Scan(&w.Replica, &w.Token, &w.At, &w.Accepted)
+	})
+	if err != nil {
+		return h, fmt.Errorf("oracle: load writes: %w", err)
+	}
+	return h, nil
+}
+
+func deathAfter(events []Event, replica string, start, end time.Time) time.Time {
+	for _, e := range events {
+		if e.Replica == replica && (e.Kind == EventReplicaKilled || e.Kind == EventReplicaStopped) && e.At.After(start) {
+			return e.At
+		}
+	}
+	return end
+}
