@@ -1,0 +1,400 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/pgbouncer"
+	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+// The failover test runs workers as real processes: this test binary
+// re-executed with envChild set, so that TestMain runs childMain instead of
+// the tests. A SIGKILL then kills a leader the way a crash does: no
+// deferred call runs, no lease is released, claimed jobs stay claimed.
+const (
+	envChild       = "DOUBLERUN_WORKER_CHILD"
+	envChildDSN    = "DOUBLERUN_WORKER_CHILD_DSN"
+	envChildHolder = "DOUBLERUN_WORKER_CHILD_HOLDER"
+
+	failoverLease = "failover"
+	failoverKind  = "record"
+	failoverJobs  = 1000
+)
+
+// The child's settings: fast enough that a failover takes seconds.
+const (
+	childTTL        = time.Second
+	childVisibility = 2 * time.Second
+	childPoll       = 20 * time.Millisecond
+	childWork       = 20 * time.Millisecond
+)
+
+// childMain is a worker process: a Fenced lease, a worker whose handler
+// records every run of a job in the runs table, until SIGTERM. It then
+// prints the worker's Stats as JSON on stdout.
+func childMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	dsn, holder := os.Getenv(envChildDSN), os.Getenv(envChildHolder)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("holder", holder)
+	fail := func(err error) int {
+		logger.Error("child worker failed", "err", err)
+		return 2
+	}
+
+	l, err := lease.NewFenced(ctx, lease.FencedConfig{
+		DSN: dsn, Name: failoverLease, Holder: holder, TTL: childTTL, Logger: logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = l.Close(context.Background()) }()
+
+	runsCfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return fail(err)
+	}
+	runsCfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	runs, err := pgxpool.NewWithConfig(ctx, runsCfg)
+	if err != nil {
+		return fail(err)
+	}
+	defer runs.Close()
+
+	w, err := New(Config{
+		Lease: l,
+		DSN:   dsn,
+		ID:    holder,
+		Handlers: map[string]Handler{failoverKind: HandlerFunc(func(ctx context.Context, job *Job) error {
+			term, _ := TermFromContext(ctx)
+			// The side effect first, then more work: a kill that finds a
+			// batch in flight then usually leaves effects behind whose jobs
+			// are not completed, which is how duplicates arise.
+			if _, err := runs.Exec(ctx, `INSERT INTO runs (job_id, holder, token) VALUES ($1, $2, $3)`, job.ID, holder, term.Token); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(childWork):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})},
+		PollInterval:      childPoll,
+		BatchSize:         10,
+		VisibilityTimeout: childVisibility,
+		BackoffInitial:    50 * time.Millisecond,
+		BackoffMax:        500 * time.Millisecond,
+		Logger:            logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		return fail(err)
+	}
+	<-ctx.Done()
+	w.Close()
+	if err := json.NewEncoder(os.Stdout).Encode(w.Stats()); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// child is one worker process as the test sees it.
+type child struct {
+	holder string
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr lockedBuffer
+	exited chan struct{}
+	err    error // of Wait, once exited is closed
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func startChild(t *testing.T, dsn, holder string) *child {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	c := &child{holder: holder, exited: make(chan struct{})}
+	c.cmd = exec.Command(exe)
+	c.cmd.Env = append(os.Environ(), envChild+"=1", envChildDSN+"="+dsn, envChildHolder+"="+holder)
+	c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
+	c.cmd.SysProcAttr = childProcAttr() // dies with the test binary
+	require.NoError(t, c.cmd.Start())
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		if t.Failed() {
+			t.Logf("worker %s stderr:\n%s", holder, c.stderr.String())
+		}
+	})
+	return c
+}
+
+// stop asks the child to stop and returns the Stats it printed.
+func (c *child) stop(t *testing.T) Stats {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker %s did not stop within 30s after SIGTERM", c.holder)
+	}
+	require.NoError(t, c.err, "worker %s: %s", c.holder, c.stderr.String())
+	var st Stats
+	require.NoError(t, json.Unmarshal(c.stdout.Bytes(), &st), "worker %s printed %q", c.holder, c.stdout.String())
+	return st
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// waitFor polls cond against the database until it holds. Processes give
+// no signal to wait on, so the database is the signal; a child that exits
+// early fails the wait at once.
+func waitFor(t *testing.T, what string, timeout time.Duration, children []*child, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		for _, c := range children {
+			select {
+			case <-c.exited:
+				t.Fatalf("waiting for %s: worker %s exited: %v\n%s", what, c.holder, c.err, c.stderr.String())
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: not within %s", what, timeout)
+		}
+		<-tick.C
+	}
+}
+
+func TestFailover(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Direct", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		failover(t, db, db.Postgres)
+	})
+	t.Run("ThroughTransactionPooling", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		failover(t, db, db.AddBouncer(t, pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: 4}))
+	})
+}
+
+// failover runs 3 worker processes over 1,000 jobs on ep, SIGKILLs the
+// leader's process mid-run, and checks that every job completed at least
+// once and none was lost. It also shows that a completion under the killed
+// leader's term is rejected by the real Fenced lease's fence.
+func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+	ctx := context.Background()
+	conn := stacktest.Connect(t, db.Postgres)
+	require.NoError(t, Migrate(ctx, conn, ""))
+	require.NoError(t, lease.MigrateFenced(ctx, conn, ""))
+	_, err := conn.Exec(ctx, `CREATE TABLE runs (id bigserial PRIMARY KEY, job_id bigint NOT NULL, holder text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	require.NoError(t, err)
+	jobs := make([]NewJob, failoverJobs)
+	for i := range jobs {
+		jobs[i] = NewJob{Kind: failoverKind, Args: map[string]int{"n": i}}
+	}
+	_, err = Enqueue(ctx, conn, "", jobs...)
+	require.NoError(t, err)
+
+	count := func(sql string, args ...any) (n int) {
+		require.NoError(t, conn.QueryRow(ctx, sql, args...).Scan(&n))
+		return n
+	}
+	begin := time.Now()
+	children := map[string]*child{}
+	var all []*child
+	for i := range 3 {
+		holder := fmt.Sprintf("worker-%d", i)
+		children[holder] = startChild(t, ep.DSN, holder)
+		all = append(all, children[holder])
+	}
+
+	leaseTerm := func() (tm lease.Term) {
+		require.NoError(t, conn.QueryRow(ctx, `SELECT name, holder, token FROM doublerun_leases WHERE name = $1`, failoverLease).
+			Scan(&tm.Name, &tm.Holder, &tm.Token))
+		return tm
+	}
+	inFlight := func(tm lease.Term) []int64 {
+		rows, err := conn.Query(ctx, `SELECT id FROM doublerun_jobs WHERE state = 'running' AND claimed_by = $1 AND claimed_token = $2 ORDER BY id`,
+			tm.Holder, tm.Token)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		return ids
+	}
+	// midBatch waits until the leader has a batch whose handlers have
+	// recorded their runs but whose outcomes are not recorded yet.
+	midBatch := func() (tm lease.Term) {
+		waitFor(t, "the leader mid-batch", time.Minute, all, func() bool {
+			tm = leaseTerm()
+			return count(`SELECT count(*) FROM doublerun_jobs j WHERE state = 'running' AND claimed_by = $1 AND claimed_token = $2
+				AND EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.token = $2)`, tm.Holder, tm.Token) > 0
+		})
+		return tm
+	}
+
+	// Fault 1, SIGSTOP: freeze the leader mid-batch until another worker is
+	// granted the lease, then thaw it. It resumes believing it leads and
+	// tries to record its batch's outcomes under its old term: the fence
+	// must reject them.
+	waitFor(t, "200 job runs", time.Minute, all, func() bool { return count(`SELECT count(*) FROM runs`) >= 200 })
+	var frozenTerm lease.Term
+	var frozenBatch []int64
+	for try := 1; frozenBatch == nil; try++ {
+		require.LessOrEqual(t, try, 10, "could not freeze the leader with a batch in its handlers")
+		tm := midBatch()
+		c := children[tm.Holder]
+		require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
+		batch := inFlight(tm)
+		tookOver := len(batch) > 0 && eventually(5*time.Second, func() bool { return leaseTerm().Token > tm.Token })
+		require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
+		if tookOver {
+			frozenTerm, frozenBatch = tm, batch
+		}
+		// Otherwise it froze between batches, or inside its fenced
+		// completion, whose lock holds off a new grant until it commits
+		// (the fence doing its job): try again.
+	}
+	frozen := children[frozenTerm.Holder]
+	waitFor(t, "the thawed leader's outcomes rejected as stale", time.Minute, all, func() bool {
+		return strings.Contains(frozen.stderr.String(), "outcomes rejected")
+	})
+
+	// Fault 2, SIGKILL: kill the leader mid-batch, so that its claimed jobs
+	// can only be finished through the visibility timeout.
+	waitFor(t, "500 job runs", time.Minute, all, func() bool { return count(`SELECT count(*) FROM runs`) >= 500 })
+	killed := midBatch()
+	victim := children[killed.Holder]
+	require.NotNil(t, victim, "the lease holder %q is one of the workers", killed.Holder)
+	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
+	<-victim.exited
+	killedAt := time.Now()
+	runsAtKill := count(`SELECT count(*) FROM runs`)
+	orphaned := count(`SELECT count(*) FROM doublerun_jobs WHERE state = 'running' AND claimed_by = $1`, killed.Holder)
+	require.Positive(t, orphaned, "the leader died holding claimed jobs")
+	delete(children, killed.Holder)
+	var survivors []*child
+	for _, c := range children {
+		survivors = append(survivors, c)
+	}
+
+	waitFor(t, "a new leader's runs", time.Minute, survivors, func() bool {
+		return count(`SELECT count(*) FROM runs WHERE token > $1`, killed.Token) > 0
+	})
+	takeover := time.Since(killedAt)
+	waitFor(t, "every job completed", 2*time.Minute, survivors, func() bool {
+		return count(`SELECT count(*) FROM doublerun_jobs WHERE state = 'completed'`) == failoverJobs
+	})
+	elapsed := time.Since(begin)
+
+	// Every job completed at least once, and none is lost.
+	require.Zero(t, count(`SELECT count(*) FROM doublerun_jobs WHERE state <> 'completed'`))
+	require.Zero(t, count(`SELECT count(*) FROM doublerun_jobs j WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id)`),
+		"every completed job ran")
+	require.Zero(t, count(`SELECT count(*) FROM doublerun_jobs WHERE finalized_token IS NULL OR finalized_token <= 0`))
+	require.Positive(t, count(`SELECT count(*) FROM runs WHERE holder <> $1 AND token > $2`, killed.Holder, killed.Token),
+		"another worker took over under a newer term")
+	require.Zero(t, count(`SELECT count(*) FROM doublerun_jobs WHERE id = ANY($1) AND finalized_token <= $2`, frozenBatch, frozenTerm.Token),
+		"none of the frozen leader's %d jobs was completed under its stale term", len(frozenBatch))
+	totalRuns := count(`SELECT count(*) FROM runs`)
+	duplicates := totalRuns - count(`SELECT count(DISTINCT job_id) FROM runs`)
+	reclaimed := count(`SELECT count(*) FROM doublerun_jobs WHERE attempt > 1`)
+	require.GreaterOrEqual(t, reclaimed, orphaned, "the dead leader's jobs were claimed again after their visibility timeout")
+	require.LessOrEqual(t, duplicates, count(`SELECT coalesce(sum(attempt - 1), 0) FROM doublerun_jobs`),
+		"a job runs again only when it is claimed again")
+
+	// A completion under the killed leader's term is rejected by the real
+	// fence: the term has been superseded.
+	probe, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: ep.DSN, Name: failoverLease, Holder: "probe", TTL: childTTL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = probe.Close(context.Background()) })
+	p := newWorker(t, Config{Lease: probe, DSN: ep.DSN, Handlers: map[string]Handler{"probe": noop}})
+	ids, err := Enqueue(ctx, conn, "", NewJob{Kind: "probe"})
+	require.NoError(t, err)
+	claimed, err := p.claim(ctx, killed, 1)
+	require.NoError(t, err)
+	require.Equal(t, ids, jobIDs(claimed))
+	err = p.complete(ctx, killed, claimed, []error{nil})
+	require.ErrorIs(t, err, lease.ErrStaleToken)
+	require.Equal(t, int64(1), p.Stats().StaleRejected)
+	require.Zero(t, count(`SELECT count(*) FROM doublerun_jobs WHERE id = $1 AND state <> 'running'`, ids[0]),
+		"the stale completion did not land")
+	var newest lease.Term
+	require.NoError(t, conn.QueryRow(ctx, `SELECT name, holder, token FROM doublerun_leases WHERE name = $1`, failoverLease).
+		Scan(&newest.Name, &newest.Holder, &newest.Token))
+	require.NoError(t, p.complete(ctx, newest, claimed, []error{nil}), "the newest term's completion lands")
+
+	var stats []string
+	var stale, lost int64
+	for _, c := range survivors {
+		st := c.stop(t)
+		stale += st.StaleRejected
+		lost += st.LostClaims
+		stats = append(stats, fmt.Sprintf("%s: claimed %d completed %d stale-rejected %d lost-claims %d faults %d",
+			c.holder, st.JobsClaimed, st.JobsCompleted, st.StaleRejected, st.LostClaims, st.Faults))
+	}
+	t.Logf("%s: froze leader %s (token %d) with %d jobs in its handlers until a newer term was granted; its outcomes were rejected as stale",
+		ep.Name, frozenTerm.Holder, frozenTerm.Token, len(frozenBatch))
+	t.Logf("%s: %d jobs in %s; killed leader %s (token %d) after %d runs with %d jobs claimed; new term's first run %s later",
+		ep.Name, failoverJobs, elapsed.Round(time.Millisecond), killed.Holder, killed.Token, runsAtKill, orphaned, takeover.Round(time.Millisecond))
+	t.Logf("%s: %d runs, %d duplicates (jobs run more than once), %d jobs claimed again; survivors' completions rejected as stale %d, lost claims %d",
+		ep.Name, totalRuns, duplicates, reclaimed, stale, lost)
+	t.Logf("%s: %s", ep.Name, strings.Join(stats, "; "))
+}

@@ -1,0 +1,138 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+func TestMain(m *testing.M) {
+	// The failover test re-executes this binary as worker processes.
+	if os.Getenv(envChild) != "" {
+		os.Exit(childMain())
+	}
+	stacktest.Main(m)
+}
+
+// stubLease answers TryAcquire with whatever the test set, counting calls.
+type stubLease struct {
+	mu     sync.Mutex
+	res    lease.Result
+	err    error
+	panics any
+	hang   bool
+	calls  atomic.Int64
+}
+
+var leaderTerm = lease.Term{Name: "test", Holder: "me", Token: 7}
+
+func newStubLease(s lease.Status) *stubLease {
+	l := &stubLease{}
+	l.set(s)
+	return l
+}
+
+// set makes the lease answer status s (with leaderTerm when s is Leader).
+func (l *stubLease) set(s lease.Status) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.res, l.err, l.panics, l.hang = lease.Result{Status: s}, nil, nil, false
+	if s == lease.Leader {
+		l.res.Term = leaderTerm
+	}
+	if s == lease.Faulted {
+		l.res.Err = errors.New("stub: lease unreachable")
+	}
+}
+
+// fail makes the lease return res and err.
+func (l *stubLease) fail(res lease.Result, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.res, l.err, l.panics, l.hang = res, err, nil, false
+}
+
+// panic makes the lease panic with v.
+func (l *stubLease) panic(v any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.panics, l.hang = v, false
+}
+
+// hangUntilCancelled makes the lease block until its context ends.
+func (l *stubLease) hangUntilCancelled() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.panics, l.hang = nil, true
+}
+
+func (l *stubLease) TryAcquire(ctx context.Context) (lease.Result, error) {
+	l.calls.Add(1)
+	l.mu.Lock()
+	res, err, p, hang := l.res, l.err, l.panics, l.hang
+	l.mu.Unlock()
+	if p != nil {
+		panic(p)
+	}
+	if hang {
+		<-ctx.Done()
+		return lease.Result{}, ctx.Err()
+	}
+	return res, err
+}
+
+func (l *stubLease) Release(context.Context) error { return nil }
+func (l *stubLease) Close(context.Context) error   { return nil }
+
+// fencingLease is a Leader stub that fences against a newest token the
+// test controls, as a real fenced lease fences against its table.
+type fencingLease struct {
+	*stubLease
+	newest atomic.Int64
+	fences atomic.Int64
+}
+
+func newFencingLease() *fencingLease {
+	l := &fencingLease{stubLease: newStubLease(lease.Leader)}
+	l.newest.Store(leaderTerm.Token)
+	return l
+}
+
+func (l *fencingLease) Fence(ctx context.Context, tx pgx.Tx, term lease.Term) error {
+	l.fences.Add(1)
+	// Touch tx so that a fence outside the transaction would show.
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+		return err
+	}
+	if term.Token < l.newest.Load() {
+		return lease.ErrStaleToken
+	}
+	return nil
+}
+
+// newWorker builds a worker from config, with its test signals on, and
+// closes it when the test ends.
+func newWorker(t testing.TB, config Config) *Worker {
+	t.Helper()
+	w, err := New(config)
+	require.NoError(t, err)
+	w.signals.Init(t)
+	t.Cleanup(w.Close)
+	return w
+}
+
+// start starts w and stops it when the test ends.
+func start(t testing.TB, w *Worker) {
+	t.Helper()
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Stop)
+}

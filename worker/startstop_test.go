@@ -1,0 +1,182 @@
+package worker
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+// TestStartStopLeaksNothing is not parallel: goleak compares the
+// goroutines before and after, which other tests running alongside would
+// upset. It runs before the parallel tests are released.
+func TestStartStopLeaksNothing(t *testing.T) {
+	// The shared stack and the test's own connection exist before the
+	// snapshot; only what the worker starts is checked.
+	db := stacktest.NewDB(t)
+	require.NoError(t, Migrate(context.Background(), stacktest.Connect(t, db.Postgres), ""))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	l := newStubLease(lease.Leader)
+	w, err := New(Config{
+		Lease:        l,
+		DSN:          db.Postgres.DSN,
+		Handlers:     map[string]Handler{"k": noop},
+		Sweeps:       []Sweep{SweepFunc("s", func(context.Context, lease.Term) error { return nil })},
+		PollInterval: time.Millisecond,
+	})
+	require.NoError(t, err)
+	w.signals.Init(t)
+
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			for j := range 20 {
+				if (i+j)%2 == 0 {
+					assertNoError(t, w.Start(context.Background()))
+				} else {
+					w.Stop()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, w.Start(context.Background()))
+	w.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Polled && r.OK })
+
+	// Many concurrent Stops all return after the loop has ended.
+	for range 16 {
+		wg.Go(func() {
+			w.Stop()
+			require.Equal(t, "worker stopped", w.Health().Reason)
+		})
+	}
+	wg.Wait()
+	require.Zero(t, w.loops.Load())
+	w.Close()
+	w.Close()
+	require.ErrorContains(t, w.Start(context.Background()), "Start after Close")
+}
+
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+
+	type bundle struct {
+		lease  *stubLease
+		worker *Worker
+	}
+	setup := func(t *testing.T) *bundle {
+		l := newStubLease(lease.Follower)
+		return &bundle{lease: l, worker: newWorker(t, Config{Lease: l, PollInterval: time.Millisecond})}
+	}
+
+	t.Run("StartRunsOneLoopHoweverOftenCalled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		for range 5 {
+			require.NoError(t, b.worker.Start(ctx))
+		}
+		t.Cleanup(b.worker.Stop)
+		require.Equal(t, int32(1), b.worker.loops.Load())
+		b.worker.signals.cycled.Wait()
+		b.worker.Stop()
+		require.Zero(t, b.worker.loops.Load())
+	})
+
+	t.Run("StartReturnsWithTheLoopRunning", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		start(t, b.worker)
+		require.Equal(t, StatusHealthy, b.worker.Health().Status, "started, so not 'never started'")
+	})
+
+	t.Run("StopBeforeStartDoesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.worker.Stop()
+		require.Equal(t, "worker never started", b.worker.Health().Reason)
+	})
+
+	t.Run("RestartsAfterStop", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		start(t, b.worker)
+		b.worker.signals.cycled.Wait()
+		b.worker.Stop()
+		require.NoError(t, b.worker.Start(context.Background()))
+		before := b.worker.Stats().Cycles
+		b.worker.signals.cycled.WaitUntil(func(cycleReport) bool { return b.worker.Stats().Cycles > before })
+		require.Equal(t, StatusHealthy, b.worker.Health().Status)
+	})
+
+	t.Run("LoopEndsWithItsContextAndCanStartAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		require.NoError(t, b.worker.Start(ctx))
+		t.Cleanup(b.worker.Stop)
+		b.worker.signals.cycled.Wait()
+		cancel()
+		require.Eventually(t, func() bool { return b.worker.Health().Reason == "worker stopped" }, 10*time.Second, time.Millisecond)
+		require.NoError(t, b.worker.Start(context.Background()))
+		b.worker.signals.cycled.Wait()
+		b.worker.signals.cycled.Wait()
+		require.Equal(t, StatusHealthy, b.worker.Health().Status)
+	})
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ZeroValuesTakeTheDefaults", func(t *testing.T) {
+		t.Parallel()
+		w := newWorker(t, Config{Lease: newStubLease(lease.Follower)})
+		c := w.config
+		require.Equal(t, 30*time.Second, c.PollInterval)
+		require.Equal(t, 5*time.Second, c.BackoffInitial)
+		require.Equal(t, 2.0, c.BackoffMultiplier)
+		require.Equal(t, 5*time.Minute, c.BackoffMax)
+		require.Equal(t, 10, c.BatchSize)
+		require.Equal(t, 5*time.Minute, c.VisibilityTimeout)
+		require.Equal(t, 25, c.MaxAttempts)
+		require.Equal(t, http.StatusOK, c.DegradedStatusCode)
+		require.Equal(t, `"doublerun_jobs"`, w.table)
+		require.NotEmpty(t, c.ID)
+	})
+
+	t.Run("RejectsWhatCannotWork", func(t *testing.T) {
+		t.Parallel()
+		l := newStubLease(lease.Follower)
+		for name, tc := range map[string]struct {
+			config Config
+			want   string
+		}{
+			"NoLease":              {Config{}, "Lease is required"},
+			"HandlersWithoutDB":    {Config{Lease: l, Handlers: map[string]Handler{"k": noop}}, "Handlers need the jobs table"},
+			"DSNAndPool":           {Config{Lease: l, DSN: "postgres://x", Pool: new(pgxpool.Pool)}, "set DSN or Pool, not both"},
+			"EmptyKind":            {Config{Lease: l, DSN: "postgres://x", Handlers: map[string]Handler{"": noop}}, `kind must be non-empty`},
+			"DuplicateSweep":       {Config{Lease: l, Sweeps: []Sweep{SweepFunc("a", nil), SweepFunc("a", nil)}}, `name "a" is empty or used twice`},
+			"NegativeInterval":     {Config{Lease: l, PollInterval: -time.Second}, "PollInterval must be positive"},
+			"CapBelowInitial":      {Config{Lease: l, BackoffInitial: time.Minute, BackoffMax: time.Second}, "BackoffMax (1s) must be at least BackoffInitial (1m0s)"},
+			"ShrinkingBackoff":     {Config{Lease: l, BackoffMultiplier: 0.5}, "BackoffMultiplier must be at least 1"},
+			"HugeBatch":            {Config{Lease: l, BatchSize: 1_000_000}, "BatchSize must be between 1 and 10000"},
+			"BadStatusCode":        {Config{Lease: l, DegradedStatusCode: 42}, "DegradedStatusCode must be an HTTP status"},
+			"ThreePartTable":       {Config{Lease: l, Table: "a.b.c"}, "must be table or schema.table"},
+			"ZeroMaxAttemptsAfter": {Config{Lease: l, MaxAttempts: -3}, "MaxAttempts must be at least 1"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				_, err := New(tc.config)
+				require.ErrorContains(t, err, tc.want)
+			})
+		}
+	})
+}
