@@ -1,0 +1,306 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+// scriptedConn is a conn that plays a script of statements. It stands in
+// for pgxmock, which the brief asked for: pgxmock v4.9.0, the newest
+// release, does not compile against pgx v5.12 (pgx.Rows gained TypeMap and
+// pgx.BatchResults gained Tx), so this small fake of the unexported conn
+// interface plays its part. Like pgxmock it matches each statement's SQL
+// and arguments exactly and in order, can delay an answer while honouring
+// ctx, and reports unmet expectations.
+type scriptedConn struct {
+	mu     sync.Mutex
+	steps  []*scriptStep
+	next   int
+	closed bool
+	errs   []error
+}
+
+type scriptStep struct {
+	sql   string
+	args  []any
+	row   []any
+	err   error
+	delay time.Duration
+}
+
+func (s *scriptStep) WillDelayFor(d time.Duration) *scriptStep { s.delay = d; return s }
+
+func (c *scriptedConn) expect(sql string, args ...any) *scriptStep {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := &scriptStep{sql: sql, args: args}
+	c.steps = append(c.steps, st)
+	return st
+}
+
+// ExpectQuery, WithArgs, WillReturnRow and WillReturnError mirror
+// pgxmock's names so the tests read the same.
+func (c *scriptedConn) ExpectQuery(sql string) *scriptStep { return c.expect(sql) }
+func (s *scriptStep) WithArgs(args ...any) *scriptStep     { s.args = args; return s }
+func (s *scriptStep) WillReturnRow(values ...any) *scriptStep {
+	s.row = values
+	return s
+}
+func (s *scriptStep) WillReturnError(err error) *scriptStep { s.err = err; return s }
+
+func (c *scriptedConn) play(ctx context.Context, sql string, args []any) ([]any, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errors.New("scripted: conn closed")
+	}
+	if c.next >= len(c.steps) {
+		err := fmt.Errorf("scripted: unexpected statement %q", sql)
+		c.errs = append(c.errs, err)
+		c.mu.Unlock()
+		return nil, err
+	}
+	st := c.steps[c.next]
+	c.next++
+	if st.sql != sql || !reflect.DeepEqual(st.args, args) {
+		err := fmt.Errorf("scripted: got %q %v, want %q %v", sql, args, st.sql, st.args)
+		c.errs = append(c.errs, err)
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.mu.Unlock()
+	if st.delay > 0 {
+		select {
+		case <-time.After(st.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return st.row, st.err
+}
+
+func (c *scriptedConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	row, err := c.play(ctx, sql, args)
+	return scriptedRow{values: row, err: err}
+}
+
+func (c *scriptedConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	_, err := c.play(ctx, sql, args)
+	return pgconn.CommandTag{}, err
+}
+
+func (c *scriptedConn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *scriptedConn) Close(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return nil
+}
+
+// met reports statements not played and statements that did not match.
+func (c *scriptedConn) met() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	errs := c.errs
+	for _, st := range c.steps[c.next:] {
+		errs = append(errs, fmt.Errorf("scripted: statement %q %v never ran", st.sql, st.args))
+	}
+	return errors.Join(errs...)
+}
+
+type scriptedRow struct {
+	values []any
+	err    error
+}
+
+func (r scriptedRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	if len(dest) != len(r.values) {
+		return fmt.Errorf("scripted: scan %d values into %d destinations", len(r.values), len(dest))
+	}
+	for i, v := range r.values {
+		reflect.ValueOf(dest[i]).Elem().Set(reflect.ValueOf(v))
+	}
+	return nil
+}
+
+// TestAdvisoryMock covers, with a scripted conn in place of a server, only
+// the branches a real server cannot force on demand: a probe that times
+// out, odd errors, and cancellation in mid-statement. Everything else is
+// tested against real Postgres in TestAdvisory.
+func TestAdvisoryMock(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		lease *Advisory
+		conns []*scriptedConn
+		dials int
+	}
+	// setup returns an Advisory whose n successive connections are the
+	// returned scripts. Every script must be played out by the end.
+	setup := func(t *testing.T, n int, probeTimeout time.Duration) *testBundle {
+		t.Helper()
+		a, err := newAdvisory(AdvisoryConfig{DSN: "postgres://mock@localhost/mock", Holder: "m", ProbeTimeout: probeTimeout, Logger: testLogger(t)})
+		require.NoError(t, err)
+		b := &testBundle{lease: a}
+		for range n {
+			b.conns = append(b.conns, &scriptedConn{})
+		}
+		a.connect = func(ctx context.Context) (conn, error) {
+			if b.dials >= len(b.conns) {
+				return nil, errors.New("test: no more connections")
+			}
+			b.dials++
+			return b.conns[b.dials-1], nil
+		}
+		t.Cleanup(func() {
+			for i, c := range b.conns {
+				require.NoError(t, c.met(), "connection %d", i+1)
+			}
+		})
+		return b
+	}
+	expectAcquire := func(c *scriptedConn, locked bool, pid int32) *scriptStep {
+		return c.ExpectQuery(advisoryAcquireSQL).WithArgs(int32(271), int32(1)).WillReturnRow(locked, pid)
+	}
+	expectGrant := func(a *Advisory, c *scriptedConn, token int64) {
+		c.ExpectQuery(a.grantSQL).WithArgs("doublerun").WillReturnRow(token)
+	}
+	expectProbe := func(c *scriptedConn, pid int32) *scriptStep {
+		return c.ExpectQuery(advisoryProbeSQL).WillReturnRow(pid)
+	}
+
+	t.Run("ProbeTimeoutResetsAndReacquires", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2, 100*time.Millisecond)
+		c1, c2 := b.conns[0], b.conns[1]
+		expectAcquire(c1, true, 42)
+		expectGrant(b.lease, c1, 1)
+		// A half-open socket: the probe would answer, correctly, but far
+		// too late.
+		expectProbe(c1, 42).WillDelayFor(3 * time.Second)
+		expectAcquire(c2, true, 43)
+		expectGrant(b.lease, c2, 2)
+
+		ctx := testCtx(t)
+		require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
+		start := time.Now()
+		res := mustTry(t, ctx, b.lease)
+		require.Less(t, time.Since(start), 2*time.Second, "the probe must give up after ProbeTimeout")
+		require.Equal(t, Leader, res.Status)
+		require.Equal(t, int64(2), res.Term.Token, "a fresh acquire on a new connection")
+		require.True(t, c1.isClosed(), "the timed-out connection is closed, which frees its lock")
+		require.Equal(t, 2, b.dials)
+	})
+
+	t.Run("ProbeErrorResetsAndAcquiresAfresh", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2, time.Second)
+		c1, c2 := b.conns[0], b.conns[1]
+		expectAcquire(c1, true, 42)
+		expectGrant(b.lease, c1, 1)
+		c1.ExpectQuery(advisoryProbeSQL).WillReturnError(io.ErrUnexpectedEOF)
+		expectAcquire(c2, false, 43)
+
+		ctx := testCtx(t)
+		require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
+		res := mustTry(t, ctx, b.lease)
+		require.Equal(t, Follower, res.Status, "the lock is held elsewhere now: a healthy follower, not a fault")
+		require.True(t, c1.isClosed())
+	})
+
+	t.Run("UnusualAcquireErrorIsFaultedAndResets", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2, time.Second)
+		c1, c2 := b.conns[0], b.conns[1]
+		tooMany := &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: "sorry, too many clients already"}
+		c1.ExpectQuery(advisoryAcquireSQL).WithArgs(int32(271), int32(1)).WillReturnError(tooMany)
+		expectAcquire(c2, true, 43)
+		expectGrant(b.lease, c2, 7)
+
+		ctx := testCtx(t)
+		res := mustTry(t, ctx, b.lease)
+		require.Equal(t, Faulted, res.Status)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, res.Err, &pgErr)
+		require.Equal(t, "53300", pgErr.Code)
+		require.True(t, c1.isClosed())
+
+		res = mustTry(t, ctx, b.lease)
+		require.Equal(t, Leader, res.Status, "the next poll starts on a new connection")
+		require.Equal(t, 2, b.dials)
+	})
+
+	t.Run("TokenGrantErrorIsFaultedAndFreesTheLock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1, time.Second)
+		c1 := b.conns[0]
+		expectAcquire(c1, true, 42)
+		c1.ExpectQuery(b.lease.grantSQL).WithArgs("doublerun").
+			WillReturnError(&pgconn.PgError{Severity: "ERROR", Code: "42501", Message: "permission denied for table doublerun_lease_tokens"})
+
+		res := mustTry(t, testCtx(t), b.lease)
+		require.Equal(t, Faulted, res.Status)
+		require.ErrorContains(t, res.Err, "grant fencing token")
+		require.True(t, c1.isClosed(), "closing the connection is what frees the lock just taken")
+		require.False(t, b.lease.held)
+	})
+
+	t.Run("ConnectErrorIsFaulted", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0, time.Second)
+		res := mustTry(t, testCtx(t), b.lease)
+		require.Equal(t, Faulted, res.Status)
+		require.ErrorContains(t, res.Err, "no more connections")
+	})
+
+	t.Run("CancellationDuringProbePassesThrough", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1, 10*time.Second)
+		c1 := b.conns[0]
+		expectAcquire(c1, true, 42)
+		expectGrant(b.lease, c1, 1)
+		expectProbe(c1, 42).WillDelayFor(10 * time.Second)
+
+		ctx := testCtx(t)
+		require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		res, err := b.lease.TryAcquire(cctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Zero(t, res)
+		require.True(t, c1.isClosed(), "a connection cancelled mid-statement is not trusted")
+		require.False(t, b.lease.held)
+	})
+
+	t.Run("CancellationDuringAcquirePassesThrough", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1, 10*time.Second)
+		c1 := b.conns[0]
+		expectAcquire(c1, true, 42).WillDelayFor(10 * time.Second)
+
+		ctx, cancel := context.WithCancel(testCtx(t))
+		time.AfterFunc(50*time.Millisecond, cancel)
+		res, err := b.lease.TryAcquire(ctx)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Zero(t, res)
+		require.True(t, c1.isClosed())
+	})
+}

@@ -1,0 +1,118 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrClosed is the Result.Err of TryAcquire on a lease that has been
+// closed. It comes with Status Faulted: a closed lease leads nothing.
+var ErrClosed = errors.New("lease: closed")
+
+// Execer runs a statement. *pgx.Conn, *pgxpool.Pool and pgx.Tx satisfy it;
+// the migration functions take one so they run wherever the caller's own
+// migrations run.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// conn is the part of *pgx.Conn a lease uses. It is an interface only so
+// that in-package tests can put a fake in its place for the branches a
+// real server cannot force (a probe that times out, odd errors,
+// cancellation in mid-statement). It is small enough for pgxmock's
+// PgxConnIface to satisfy, but pgxmock v4.9.0 does not build against pgx
+// v5.12, so the tests use a scripted fake (advisory_mock_test.go).
+type conn interface {
+	Execer
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Close(ctx context.Context) error
+}
+
+// closeTimeout bounds closing a connection whose server may be gone. Close
+// sends a Terminate message; a half-open socket must not stall a poll.
+const closeTimeout = time.Second
+
+func closeConn(ctx context.Context, c conn) {
+	if c == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	_ = c.Close(cctx)
+}
+
+// defaultHolder is "hostname-pid": unique per replica on one host, and
+// readable in the leases table and in logs.
+func defaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// quoteTable quotes a table name that may be schema-qualified
+// ("schema.table").
+func quoteTable(name string) (string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("table name %q has more than one dot; use table or schema.table", name)
+	}
+	for _, p := range parts {
+		if p == "" {
+			return "", fmt.Errorf("table name %q has an empty part; use table or schema.table", name)
+		}
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
+}
+
+// createTable runs a CREATE TABLE IF NOT EXISTS. Two replicas migrating at
+// once can both pass the IF NOT EXISTS test and one then fails on the
+// catalog's unique index; the table exists either way, so that is success.
+func createTable(ctx context.Context, db Execer, ddl string) error {
+	_, err := db.Exec(ctx, ddl)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07") {
+		return nil
+	}
+	return err
+}
+
+// fence checks, inside the caller's transaction tx, that term is the newest
+// grant of lease name in table. table is quoted already.
+//
+// FOR KEY SHARE is enough and is deliberate. token is a key column (it is
+// in the UNIQUE (name, token) constraint), so a grant, which changes it,
+// needs a lock that conflicts with KEY SHARE and waits for this
+// transaction to end: the write lands before the new grant or is refused.
+// A renewal, which changes only expires_at, does not conflict, so an open
+// fenced write never holds up its own leader's renewal. The lock is caught
+// by TestFenced/FenceHoldsOffANewGrantUntilTheWriteCommits, its strength
+// by TestFenced/FenceDoesNotHoldUpTheLeadersRenewal.
+func fence(ctx context.Context, tx pgx.Tx, table, name string, term Term) error {
+	// Caught by TestAdvisory/FenceRejectsAStaleTerm.
+	if term.Name != name {
+		return fmt.Errorf("lease: fence: term of lease %q checked against lease %q; fence with the lease that granted the term", term.Name, name)
+	}
+	var newest int64
+	err := tx.QueryRow(ctx, "SELECT token FROM "+table+" WHERE name = $1 FOR KEY SHARE", name).Scan(&newest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: lease %q has never been granted, term has token %d", ErrStaleToken, name, term.Token)
+	}
+	if err != nil {
+		return fmt.Errorf("lease: fence %q: %w", name, err)
+	}
+	// Caught by TestFenced/PausedOldLeadersFencedWriteIsStale and
+	// TestAdvisory/FenceRejectsAStaleTerm.
+	if newest != term.Token {
+		return fmt.Errorf("%w: lease %q term has token %d, newest granted is %d", ErrStaleToken, name, term.Token, newest)
+	}
+	return nil
+}

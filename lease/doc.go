@@ -1,0 +1,211 @@
+// Package lease elects a leader among replicas through PostgreSQL, and
+// says, with evidence, whether the election can hold on the endpoint it is
+// given.
+//
+// Every strategy implements [Lease]: TryAcquire reports [Leader] (with a
+// [Term] whose fencing token rises across grants), [Follower] or
+// [Faulted]; Release hands leadership over; Close releases for good. The
+// worker, the scenarios and a user's own lease all meet at that interface.
+//
+// # The contract: at most one leader, never exactly once
+//
+// A lease promises that at most one replica believes itself leader at a
+// time, and only while its assumptions hold. It never promises that leader
+// work runs exactly once. A leader can lose the lease in the middle of its
+// work (a dropped connection, a pause longer than the TTL), and a process
+// can crash after an external effect but before recording it. So handlers
+// must be idempotent: leader work is at-least-once. Writes that must not be
+// made by a deposed leader go through a fence (see "Fencing writes").
+//
+// [Follower] and [Faulted] are different on purpose. A follower reached the
+// lease and found it held elsewhere: a healthy replica that should keep its
+// health green. A faulted replica could not reach the lease at all: it
+// backs off, and its health should degrade.
+//
+// # Strategies
+//
+//   - [Advisory] is the original: pg_try_advisory_lock(271, 1) on one
+//     dedicated, non-pooled connection, a liveness probe with a 5 s timeout,
+//     and the backend-PID affinity guard. With DisablePIDGuard it is the
+//     advisory-unguarded baseline. It is correct only on a session-pinned
+//     endpoint.
+//   - [Fenced] is a table lease with a TTL and a fencing token. It keeps no
+//     session state, so it is correct through PgBouncer transaction
+//     pooling.
+//
+// # Advisory states
+//
+// The lock lives in the Postgres session (the backend) that took it, and
+// dies with it. The lease keeps the PID of that backend, read in the same
+// statement as the lock (SELECT pg_try_advisory_lock($1,$2),
+// pg_backend_pid()), and probes it at every poll while it holds the lock.
+//
+//	                lock granted, token taken
+//	+----------+ -----------------------------> +--------+
+//	| follower |                                | leader | --+ probe: same PID,
+//	+----------+ <----------------------------- +--------+ <-+ same term
+//	  |    ^      probe failed, timed out or         |
+//	  |    |      saw another PID: reset, then a     | Release / Close:
+//	  |    |      fresh acquire that lost (one       | close the connection,
+//	  |    |      that wins is leader again with     | which frees the lock
+//	  |    |      a new token)                       v
+//	  |    +------------------------------------ released
+//	  | connect, lock or token failed: reset
+//	  v
+//	+---------+   the next poll reconnects and tries again
+//	| faulted | -----------------------------------------> follower or leader
+//	+---------+
+//
+// "Reset" closes the connection: the session ends and Postgres frees the
+// lock. There is no explicit unlock. Cancellation of ctx is passed through
+// as TryAcquire's error, after a reset, because a connection cancelled in
+// mid-statement cannot be trusted.
+//
+// # Issue #556: advisory locks behind transaction pooling
+//
+// Through PgBouncer in pool_mode=transaction a client owns a server
+// connection only for one transaction. The acquire statement's lock stays
+// on whichever pooled backend ran it, and the client's connection no
+// longer has anything to do with that backend. The next client handed that
+// backend, another replica, runs pg_try_advisory_lock on it; advisory
+// locks are re-entrant within a session, so it succeeds, and there are two
+// leaders. Closing the client connection does not free the lock either: it
+// stays on the backend until the server connection closes
+// (server_lifetime, 3600 s by default).
+//
+// The PID guard narrows the window but cannot close it. It runs at the
+// next poll, after the second replica has already acted; with a pool of
+// one backend every probe sees the same PID and it never fires at all.
+// TestAdvisoryTransactionPooling measures this over 20 trials per pool
+// size: at size 1 every trial gives two leaders and the guard never fires;
+// at sizes 2 to 4 a second leader appeared in 17 to 20 trials of 20 in our
+// runs, and the guard had removed it by the next poll in only 3 to 14 of
+// them, varying from run to run (the counts are logged with -v).
+//
+// # Detecting the endpoint
+//
+// The original said of #556 that "nothing detects that topology".
+// [CheckEndpoint] detects what a client can, without the pooler's admin
+// console. [NewAdvisory] runs it at start and refuses an endpoint it proves
+// transaction-pooled, unless AllowTransactionPooling is set, which only
+// reproductions should do.
+//
+// What it can prove:
+//
+//   - Transaction (or statement) pooling. It opens three connections at
+//     once and asks each, in turn, four times, for pg_backend_pid(). One
+//     backend serving two open connections, or one connection moving
+//     between backends, happens only in a pool that does not pin sessions.
+//   - That a pooler answered the login. Postgres puts its own PID in the
+//     cancel key (BackendKeyData) it sends at login; PgBouncer sends a key
+//     of its own. When they match on every connection and no connection
+//     moved, the verdict is [EndpointDirect].
+//
+// What it cannot:
+//
+//   - Prove the absence of transaction pooling. A pool that happens to give
+//     each of the check's connections the same backend every time looks
+//     pinned, and is reported as [EndpointPinned]: session pooling and
+//     undetected transaction pooling are the same verdict, and the evidence
+//     says so. PgBouncer reuses the server connection released last, so an
+//     idle pool is always caught; a busy one usually is.
+//     TestCheckEndpoint/FalseNegativeRate measures it at pool sizes 1, 2
+//     and 4, idle and with more clients than servers kept busy: pool size
+//     1 is always detected, and in our runs CheckEndpoint missed no pool of
+//     size 2 or 4 either, while a naive check (two connections, one query
+//     each) missed a busy pool of size 2 in 15% to 70% of its attempts and
+//     one of size 4 in 60% to 85%. A pool busier than the test's, or with
+//     longer transactions, can hide better; the rate is a measurement, not
+//     a bound.
+//   - See the future. The pool mode can change after the check (a
+//     configuration reload, a DNS or load-balancer change), and the check
+//     runs only at start.
+//   - Tell a plain TCP proxy or a container port mapping from a direct
+//     connection: they forward the cancel key unchanged. They pin sessions,
+//     so that is also the right verdict for a lease. inet_server_port() is
+//     reported beside the DSN's port as a hint, never as proof.
+//   - Judge poolers that forward the cancel key yet multiplex sessions, or
+//     that send none (the verdict is then [EndpointUnknown]).
+//
+// # Pinned configuration: the #556 fix
+//
+// Give the lease a DSN of its own that reaches a session-pinned endpoint:
+// Postgres itself, or a PgBouncer database in pool_mode=session. The work
+// keeps using the transaction pool. The lease holds one server connection
+// per replica for as long as it lives, so the pinned pool's pool_size must
+// be at least the number of replicas; that is all it costs:
+//
+//	; pgbouncer.ini: one pool for the work, one pinned pool for the lease
+//	[databases]
+//	app       = host=10.0.0.5 port=5432 dbname=app pool_mode=transaction
+//	app_lease = host=10.0.0.5 port=5432 dbname=app pool_mode=session
+//
+//	lease, err := lease.NewAdvisory(ctx, lease.AdvisoryConfig{
+//		DSN: "postgres://svc@pgbouncer:6432/app_lease", // pinned: the lease only
+//	})
+//	work, err := pgxpool.New(ctx, "postgres://svc@pgbouncer:6432/app?default_query_exec_mode=exec")
+//
+// ExampleNewAdvisory shows the same in Go. The alternative is [Fenced],
+// which needs no pinned endpoint at all.
+//
+// # Fenced: TTL, trust deadline, tokens
+//
+// The lease is one row of a table [MigrateFenced] creates: holder, token
+// and expires_at. Every statement stands alone and computes expiry from
+// the server's clock_timestamp(), so it is correct through any pool and
+// never compares two replicas' clocks:
+//
+//   - A holder renews only its exact term: the row's holder and token must
+//     both match, so neither another replica that learnt the token nor an
+//     old instance of the same replica can renew it.
+//   - A grant happens only when the row is missing or expired, and raises
+//     the token; tokens never go back, because the row is never deleted
+//     and the table is logged (an UNLOGGED table would forget its tokens in
+//     crash recovery). While the lease is held, a follower's poll is a
+//     plain read: it neither writes nor waits for the leader's locks.
+//   - Release expires the holder's exact term at once, so the next poll of
+//     any replica takes over without waiting for the TTL.
+//
+// The holder trusts its lease only until the instant it sent the
+// successful poll plus TTL minus Margin, on its local monotonic clock
+// ([Fenced.Deadline]). The poll's start is read before the statement is
+// sent, and the server computes expires_at later than that, so the
+// deadline never overstates the lease, however slow the answer. An answer
+// that arrives after the deadline is reported as Follower, not Leader; the
+// term is kept, so the next poll renews it. The Margin absorbs clock-rate
+// drift and scheduling delay; it cannot absorb a pause of the whole
+// process, which is what fencing is for.
+//
+// Fenced holds one connection, reconnecting lazily after an error, rather
+// than a pool: it sends one statement per poll and its calls are
+// serialised, so a pool would only add idle connections and a health-check
+// goroutine; behind PgBouncer the pooling is PgBouncer's. Its query mode
+// defaults to QueryExecModeExec, which needs nothing to survive between
+// transactions (pgx's default statement cache fails with SQLSTATE 42P05
+// behind PgBouncer before 1.21). A failure keeps the term, so a transient
+// fault, such as its backend being killed, costs one Faulted poll, not a
+// failover.
+//
+// # Fencing writes
+//
+// A paused leader can act after its lease has expired and been granted to
+// another replica; no lease can prevent that by itself. What makes it safe
+// is a token that rises with every grant, checked where the write lands.
+// Both strategies implement [Fencer]: Fence runs inside the caller's
+// transaction, on the database that holds the lease, and returns an error
+// wrapping [ErrStaleToken] unless the term is still the newest grant. The
+// write and the check commit together or not at all.
+//
+// The check locks the lease row FOR KEY SHARE until the transaction ends.
+// The token is a key column (it is in a UNIQUE constraint), so a grant,
+// which changes it, waits for every open fenced transaction: a write that
+// passed the fence commits before any newer leader exists. A renewal
+// changes only expires_at and does not wait, so an open fenced write never
+// holds up its own leader's renewal. Fence does not look at expiry: a term
+// that expired but was not granted again is still the newest, and its
+// writes are still safe.
+//
+// [Advisory] takes its token from a table of tokens (TokenTable) right
+// after the lock is granted, so its writes can be fenced the same way;
+// behind a transaction pool that is what tells #556's two leaders apart.
+package lease

@@ -1,0 +1,179 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/pgbouncer"
+	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+
+	client := func(key uint32, pids ...int32) clientSample { return clientSample{keyPID: key, pids: pids} }
+	for _, tt := range []struct {
+		name     string
+		clients  []clientSample
+		want     EndpointKind
+		evidence string
+	}{
+		{"SharedBackendIsPooled", []clientSample{client(900, 11, 11), client(901, 11, 11)}, EndpointTransactionPooled, "backend 11 served clients 1 and 2"},
+		{"MovedClientIsPooled", []clientSample{client(900, 10, 12), client(901, 11, 11)}, EndpointTransactionPooled, "client 1 was served by backend 10, then by backend 12"},
+		{"MatchingCancelKeyIsDirect", []clientSample{client(10, 10, 10), client(11, 11, 11)}, EndpointDirect, "cancel key's PID equals"},
+		{"ForeignCancelKeyIsPinned", []clientSample{client(900, 10, 10), client(901, 11, 11)}, EndpointPinned, "a pooler answered the login"},
+		{"MissingCancelKeyIsUnknown", []clientSample{client(0, 10, 10), client(0, 11, 11)}, EndpointUnknown, "missing on 2"},
+		{"MixedCancelKeysAreUnknown", []clientSample{client(10, 10, 10), client(901, 11, 11)}, EndpointUnknown, "matched the backend PID on 1 clients, differed on 1"},
+		{"NoClientsIsUnknown", nil, EndpointUnknown, "matched the backend PID on 0 clients"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := classify(endpointSample{endpoint: "h:1/db", clients: tt.clients, dsnPort: 1, serverPort: 1})
+			require.Equal(t, tt.want, r.Kind, "evidence %q", r.Evidence)
+			require.Contains(t, r.Evidence[0], tt.evidence)
+			require.Contains(t, r.String(), tt.want.String())
+		})
+	}
+
+	t.Run("NamesAUnixSocket", func(t *testing.T) {
+		t.Parallel()
+		r := classify(endpointSample{clients: []clientSample{client(10, 10)}})
+		require.Contains(t, strings.Join(r.Evidence, "; "), "Unix-socket")
+	})
+}
+
+func TestCheckEndpoint(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReportsEachStackEndpoint", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		ctx := testCtx(t)
+		for name, want := range map[string]EndpointKind{
+			stack.PostgresName:    EndpointDirect,
+			stack.SessionName:     EndpointPinned,
+			stack.TransactionName: EndpointTransactionPooled,
+		} {
+			r, err := CheckEndpoint(ctx, db.Endpoint(name).DSN)
+			require.NoError(t, err)
+			require.Equal(t, want, r.Kind, "%s: %v", name, r.Evidence)
+			require.Equal(t, checkClients*checkRounds, r.Samples)
+			require.NotContains(t, r.String(), "@", "no credentials in the report")
+		}
+	})
+
+	t.Run("FailsOnAnUnreachableEndpoint", func(t *testing.T) {
+		t.Parallel()
+		r, err := CheckEndpoint(testCtx(t), fmt.Sprintf("postgres://u:p@127.0.0.1:%d/db?connect_timeout=5", closedPort(t)))
+		require.Error(t, err)
+		require.Equal(t, EndpointUnknown, r.Kind)
+	})
+
+	// FalseNegativeRate measures how often a transaction pool goes
+	// undetected, idle and with other clients keeping the pool busy. Only
+	// pool size 1 is provable (every backend PID any two clients see is the
+	// same one); the other rates are measurements, logged.
+	t.Run("FalseNegativeRate", func(t *testing.T) {
+		t.Parallel()
+		const trials = 16
+		for _, size := range []int{1, 2, 4} {
+			t.Run(fmt.Sprintf("PoolSize%d", size), func(t *testing.T) {
+				t.Parallel()
+				db := stacktest.NewDB(t)
+				ep := db.Transaction
+				if size != 1 {
+					ep = db.AddBouncer(t, pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: size})
+				}
+				ctx := testCtx(t)
+				// For comparison, the naive check: two clients, one
+				// pg_backend_pid() each. Idle, PgBouncer hands the second
+				// client the server connection the first released, so only
+				// the busy pool tells the two checks apart.
+				naive := func(ctx context.Context, dsn string) (EndpointReport, error) { return checkEndpoint(ctx, dsn, 2, 1) }
+				idle := missRate(t, ctx, ep, trials, CheckEndpoint)
+				stop := loadPool(t, ctx, ep, size+1)
+				loaded, naiveLoaded := missRate(t, ctx, ep, trials, CheckEndpoint), missRate(t, ctx, ep, trials, naive)
+				stop()
+				t.Logf("transaction pool size %d, %d checks each: CheckEndpoint missed the pool %d times idle, %d times with %d other clients busy; "+
+					"a two-client one-round check missed the busy pool %d times",
+					size, trials, idle, loaded, size+1, naiveLoaded)
+				if size == 1 {
+					require.Zero(t, idle+loaded+naiveLoaded, "one backend is always shared")
+				}
+			})
+		}
+	})
+
+	t.Run("NeverReportsAPinnedEndpointAsPooled", func(t *testing.T) {
+		t.Parallel()
+		for _, tt := range []struct {
+			endpoint string
+			want     EndpointKind
+		}{{stack.PostgresName, EndpointDirect}, {stack.SessionName, EndpointPinned}} {
+			t.Run(tt.endpoint, func(t *testing.T) {
+				t.Parallel()
+				db := stacktest.NewDB(t)
+				ctx := testCtx(t)
+				ep := db.Endpoint(tt.endpoint)
+				stop := loadPool(t, ctx, ep, 4)
+				defer stop()
+				for range 10 {
+					r, err := CheckEndpoint(ctx, ep.DSN)
+					require.NoError(t, err)
+					require.Equal(t, tt.want, r.Kind, "%v", r.Evidence)
+				}
+			})
+		}
+	})
+}
+
+// missRate runs check trials times against a transaction pool and
+// counts the checks that did not report it.
+func missRate(t *testing.T, ctx context.Context, ep stack.Endpoint, trials int, check func(context.Context, string) (EndpointReport, error)) int {
+	t.Helper()
+	missed := 0
+	for range trials {
+		r, err := check(ctx, ep.DSN)
+		require.NoError(t, err)
+		if r.Kind != EndpointTransactionPooled {
+			require.Equal(t, EndpointPinned, r.Kind, "a missed pool still shows its cancel key: %v", r.Evidence)
+			missed++
+		}
+	}
+	return missed
+}
+
+// loadPool keeps n other clients of ep busy with 5 ms transactions until
+// the returned stop is called. stop lets each client finish its statement
+// before it disconnects: PgBouncer 1.18 is known to crash when clients go
+// away mid-query under load (pgbouncer/pgbouncer#822), and the stack's
+// bouncers are shared by every test.
+func loadPool(t *testing.T, ctx context.Context, ep stack.Endpoint, n int) (stop func()) {
+	t.Helper()
+	var (
+		stopping atomic.Bool
+		wg       sync.WaitGroup
+	)
+	for range n {
+		c := stacktest.Connect(t, ep)
+		wg.Go(func() {
+			for !stopping.Load() && ctx.Err() == nil {
+				if _, err := c.Exec(context.WithoutCancel(ctx), "SELECT pg_sleep(0.005)"); err != nil {
+					t.Errorf("load on %s: %v", ep.Name, err)
+					return
+				}
+			}
+		})
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { stopping.Store(true); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}

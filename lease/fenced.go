@@ -1,0 +1,398 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// FencedConfig configures a Fenced lease. Zero values take the defaults
+// noted next to each field.
+type FencedConfig struct {
+	// DSN reaches the database holding Table; required. Any topology works,
+	// transaction pooling included: every statement stands alone.
+	DSN string
+	// Name is the lease's row in Table and Term.Name; default "doublerun".
+	Name string
+	// Holder identifies this replica; default hostname-pid. A term is
+	// renewed only by the exact (Holder, Token) it was granted to.
+	Holder string
+	// Table is the lease table MigrateFenced created, optionally
+	// schema-qualified; default "doublerun_leases".
+	Table string
+	// TTL is how long a grant or renewal lasts on the server's clock;
+	// default 15s. Poll well within it (River polls at TTL/3).
+	TTL time.Duration
+	// Margin is subtracted from TTL for the holder's own trust deadline,
+	// to absorb clock-rate drift and scheduling delay; default TTL/5. It
+	// must be smaller than TTL.
+	Margin time.Duration
+	// ExecMode is the pgx query mode of the lease connection; default
+	// pgx.QueryExecModeExec, which is safe through any pool (see
+	// pgbouncer.ExecMode). The lease sends one statement per poll, so a
+	// statement cache buys nothing.
+	ExecMode pgx.QueryExecMode
+	// ApplicationName is the lease connection's application_name; default
+	// "doublerun-fenced-lease".
+	ApplicationName string
+	// Logger receives state changes and faults; default discards.
+	Logger *slog.Logger
+}
+
+const (
+	defaultFencedTable   = "doublerun_leases"
+	defaultFencedAppName = "doublerun-fenced-lease"
+	defaultFencedTTL     = 15 * time.Second
+)
+
+// The Fenced statements. Each one stands alone, and expiry is computed from
+// the server's clock_timestamp(), never from a replica's clock.
+const (
+	// token is in a UNIQUE constraint so that it is a key column: a grant
+	// (which changes it) conflicts with the FOR KEY SHARE lock a fence
+	// takes, a renewal (which does not) does not. See fence. Caught by
+	// TestFenced/FenceHoldsOffANewGrantUntilTheWriteCommits.
+	fencedTableDDL = `CREATE TABLE IF NOT EXISTS %s (
+	name       text PRIMARY KEY,
+	holder     text NOT NULL,
+	token      bigint NOT NULL CHECK (token > 0),
+	granted_at timestamptz NOT NULL,
+	renewed_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
+	UNIQUE (name, token)
+)`
+	// Renew only the exact term. Caught by
+	// TestFenced/RenewsOnlyItsExactTerm/OtherHolderSameToken and
+	// TestFenced/RenewsOnlyItsExactTerm/SameHolderOlderToken.
+	fencedRenewSQL = `UPDATE %s SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond'
+WHERE name = $1 AND holder = $2 AND token = $3
+RETURNING token`
+	// Take the lease only when it is free (never granted) or expired; every
+	// grant raises the token.
+	//
+	// The NOT EXISTS pre-check makes a follower's poll a plain read: without
+	// it, ON CONFLICT would lock the held row, writing WAL at every poll and
+	// waiting behind the leader's open fenced writes. Caught by
+	// TestFenced/FollowerPollDoesNotWaitForTheLeadersFencedWrite. It reads a
+	// snapshot, so the ON CONFLICT ... WHERE on the locked, newest row
+	// version is what decides: caught by
+	// TestFenced/OnlyOneOfTwoRacingGrantsWins. The increment is caught by
+	// TestFenced/TokensStrictlyIncrease.
+	fencedGrantSQL = `INSERT INTO %[1]s AS l (name, holder, token, granted_at, renewed_at, expires_at)
+SELECT $1::text, $2::text, 1, clock_timestamp(), clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond'
+WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE name = $1::text AND expires_at > clock_timestamp())
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, token = l.token + 1, granted_at = excluded.granted_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
+WHERE l.expires_at <= clock_timestamp()
+RETURNING token`
+	// Expire the exact term now, so the next poll of any replica takes it.
+	// Caught by TestFenced/ReleaseHandsOverAtOnce and
+	// TestFenced/ReleaseOfAStaleTermLeavesTheNewHolderAlone.
+	fencedReleaseSQL = `UPDATE %s SET expires_at = clock_timestamp()
+WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`
+	fencedExistsSQL = `SELECT 1 FROM %s LIMIT 0`
+)
+
+// MigrateFenced creates the Fenced lease table called table (default
+// "doublerun_leases" when empty; "schema.table" is accepted) if it does not
+// exist. It is idempotent and safe to run from several replicas at once.
+//
+// The table is a normal, logged table on purpose: an UNLOGGED table is
+// emptied by crash recovery, and tokens would start again at 1, so a
+// deposed leader's old token could look current again.
+func MigrateFenced(ctx context.Context, db Execer, table string) error {
+	quoted, err := quoteTable(cmp.Or(table, defaultFencedTable))
+	if err != nil {
+		return fmt.Errorf("lease: migrate fenced: %w", err)
+	}
+	if err := createTable(ctx, db, fmt.Sprintf(fencedTableDDL, quoted)); err != nil {
+		return fmt.Errorf("lease: migrate fenced table %s: %w", quoted, err)
+	}
+	return nil
+}
+
+func (c FencedConfig) withDefaults() FencedConfig {
+	c.Name = cmp.Or(c.Name, defaultName)
+	c.Holder = cmp.Or(c.Holder, defaultHolder())
+	c.Table = cmp.Or(c.Table, defaultFencedTable)
+	c.TTL = cmp.Or(c.TTL, defaultFencedTTL)
+	c.Margin = cmp.Or(c.Margin, c.TTL/5)
+	c.ExecMode = cmp.Or(c.ExecMode, pgx.QueryExecModeExec)
+	c.ApplicationName = cmp.Or(c.ApplicationName, defaultFencedAppName)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c FencedConfig) validate() error {
+	var errs []error
+	if c.DSN == "" {
+		errs = append(errs, errors.New("DSN is empty"))
+	}
+	if c.TTL < time.Millisecond {
+		errs = append(errs, fmt.Errorf("TTL %s is below 1ms; leave it 0 for 15s", c.TTL))
+	}
+	if c.Margin < 0 || c.Margin >= c.TTL {
+		errs = append(errs, fmt.Errorf("Margin %s must be at least 0 and below TTL %s; leave it 0 for TTL/5", c.Margin, c.TTL))
+	}
+	if _, err := quoteTable(c.Table); err != nil {
+		errs = append(errs, fmt.Errorf("Table: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Fenced is a table lease with a TTL and a fencing token, safe through
+// PgBouncer transaction pooling: it keeps no session state, and each of
+// its statements is one transaction of its own.
+//
+// A Leader result may be trusted until Deadline, at most TTL - Margin after
+// the poll that produced it was sent, on the local monotonic clock; after
+// that the replica must stop leader work unless a later TryAcquire renewed.
+// Writes are made safe against a paused or partitioned old leader with
+// Fence. Its methods are safe for concurrent use; calls are serialised.
+type Fenced struct {
+	cfg     FencedConfig
+	connCfg *pgx.ConnConfig
+	log     *slog.Logger
+	table   string // quoted
+	renew   string
+	grant   string
+	release string
+
+	// connect opens the lease connection; now reads the local monotonic
+	// clock. In-package tests replace them.
+	connect func(ctx context.Context) (conn, error)
+	now     func() time.Time
+
+	mu       sync.Mutex
+	conn     conn
+	term     Term
+	deadline time.Time
+	closed   bool
+}
+
+var (
+	_ Lease  = (*Fenced)(nil)
+	_ Fencer = (*Fenced)(nil)
+)
+
+// NewFenced validates cfg, connects, and checks that the lease table
+// exists, so that a missing migration fails at start with a hint rather
+// than at every poll.
+func NewFenced(ctx context.Context, cfg FencedConfig) (*Fenced, error) {
+	f, err := newFenced(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := f.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease: fenced %q: connect: %w", f.cfg.Name, err)
+	}
+	if _, err := c.Exec(ctx, fmt.Sprintf(fencedExistsSQL, f.table)); err != nil {
+		closeConn(ctx, c)
+		return nil, fmt.Errorf("lease: fenced %q: %w", f.cfg.Name, hintMigrate(err, f.cfg.Table))
+	}
+	f.conn = c
+	return f, nil
+}
+
+func newFenced(cfg FencedConfig) (*Fenced, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("lease: fenced config: %w", err)
+	}
+	connCfg, err := pgx.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("lease: fenced config: parse DSN: %w", err)
+	}
+	connCfg.DefaultQueryExecMode = cfg.ExecMode
+	connCfg.RuntimeParams["application_name"] = cfg.ApplicationName
+	table, _ := quoteTable(cfg.Table) // validated above
+	f := &Fenced{
+		cfg:     cfg,
+		connCfg: connCfg,
+		log:     cfg.Logger.With("lease", cfg.Name, "holder", cfg.Holder),
+		table:   table,
+		renew:   fmt.Sprintf(fencedRenewSQL, table),
+		grant:   fmt.Sprintf(fencedGrantSQL, table),
+		release: fmt.Sprintf(fencedReleaseSQL, table),
+		now:     time.Now,
+	}
+	f.connect = func(ctx context.Context) (conn, error) { return pgx.ConnectConfig(ctx, f.connCfg.Copy()) }
+	return f, nil
+}
+
+func hintMigrate(err error, table string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("%w; create the lease table with lease.MigrateFenced(ctx, conn, %q)", err, table)
+	}
+	return err
+}
+
+// TryAcquire implements Lease. A replica that holds a term renews exactly
+// that term; one that holds none, or lost it, takes the lease if it is
+// free or expired, which raises the token. Leader is reported only when
+// the answer arrived before the trust deadline. A failure to reach the
+// table is Faulted; the term is kept so the next poll can renew it.
+func (f *Fenced) TryAcquire(ctx context.Context) (Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	if f.closed {
+		return Result{Status: Faulted, Err: ErrClosed}, nil
+	}
+	// Read before the statement is sent. The server computes expires_at no
+	// earlier than this instant, so start + TTL - Margin never overstates
+	// the lease, however long the answer takes.
+	start := f.now()
+	f.deadline = time.Time{}
+	// An answer later than TTL - Margin could not be trusted anyway.
+	sctx, cancel := context.WithTimeout(ctx, f.cfg.TTL-f.cfg.Margin)
+	defer cancel()
+	token, granted, err := f.renewOrGrant(sctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			f.resetConn(ctx)
+			return Result{}, ctx.Err()
+		}
+		// The term is kept. Caught by
+		// TestFenced/RenewsItsTermAfterItsBackendIsKilled.
+		f.log.WarnContext(ctx, "lease: faulted", "token", f.term.Token, "err", err)
+		f.resetConn(ctx)
+		return Result{Status: Faulted, Err: fmt.Errorf("lease %q: %w", f.cfg.Name, hintMigrate(err, f.cfg.Table))}, nil
+	}
+	if !granted {
+		if f.term.Token != 0 {
+			f.log.InfoContext(ctx, "lease: lost leadership", "token", f.term.Token)
+		}
+		f.term = Term{}
+		return Result{Status: Follower}, nil
+	}
+	if token != f.term.Token {
+		f.log.InfoContext(ctx, "lease: acquired", "token", token)
+	}
+	f.term = Term{Name: f.cfg.Name, Holder: f.cfg.Holder, Token: token}
+	// The local trust deadline, margin included. Caught by
+	// TestFenced/TrustsItsLeaseOnlyUntilTTLMinusMargin. The term is kept,
+	// so the next poll renews it rather than waiting out the TTL.
+	deadline := start.Add(f.cfg.TTL - f.cfg.Margin)
+	if answered := f.now(); !answered.Before(deadline) {
+		f.log.WarnContext(ctx, "lease: answer came after the trust deadline; not leading on it", "token", token, "waited", answered.Sub(start))
+		return Result{Status: Follower}, nil
+	}
+	f.deadline = deadline
+	return Result{Status: Leader, Term: f.term}, nil
+}
+
+// renewOrGrant renews the term held, or else tries a grant. granted is
+// false when another replica holds an unexpired term.
+func (f *Fenced) renewOrGrant(ctx context.Context) (token int64, granted bool, err error) {
+	if f.conn == nil {
+		c, err := f.connect(ctx)
+		if err != nil {
+			return 0, false, fmt.Errorf("connect: %w", err)
+		}
+		f.conn = c
+	}
+	ttl := f.cfg.TTL.Milliseconds()
+	if f.term.Token != 0 {
+		err := f.conn.QueryRow(ctx, f.renew, f.cfg.Name, f.cfg.Holder, f.term.Token, ttl).Scan(&token)
+		if err == nil {
+			return token, true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, fmt.Errorf("renew token %d: %w", f.term.Token, err)
+		}
+	}
+	err = f.conn.QueryRow(ctx, f.grant, f.cfg.Name, f.cfg.Holder, ttl).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("grant: %w", err)
+	}
+	return token, true, nil
+}
+
+// resetConn drops the connection after an error, so the next poll starts
+// on a fresh one. The term stays: it is the server's to expire.
+func (f *Fenced) resetConn(ctx context.Context) {
+	closeConn(ctx, f.conn)
+	f.conn = nil
+}
+
+// Deadline is the local monotonic instant until which the last Leader
+// result may be trusted, or the zero time when the last TryAcquire did not
+// report Leader. Leader work must stop by then unless a later TryAcquire
+// reported Leader again.
+func (f *Fenced) Deadline() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deadline
+}
+
+// Release implements Lease: it expires this replica's exact term at once,
+// so any replica's next poll takes the lease with a higher token. If the
+// statement fails the term is forgotten anyway and expires after the TTL.
+func (f *Fenced) Release(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.releaseLocked(ctx)
+}
+
+func (f *Fenced) releaseLocked(ctx context.Context) error {
+	term := f.term
+	f.term, f.deadline = Term{}, time.Time{}
+	if term.Token == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, f.cfg.TTL-f.cfg.Margin)
+	defer cancel()
+	if f.conn == nil {
+		c, err := f.connect(sctx)
+		if err != nil {
+			return fmt.Errorf("lease %q: release token %d: connect: %w; the term expires by itself after the TTL", f.cfg.Name, term.Token, err)
+		}
+		f.conn = c
+	}
+	if _, err := f.conn.Exec(sctx, f.release, f.cfg.Name, f.cfg.Holder, term.Token); err != nil {
+		f.resetConn(ctx)
+		return fmt.Errorf("lease %q: release token %d: %w; the term expires by itself after the TTL", f.cfg.Name, term.Token, err)
+	}
+	f.log.InfoContext(ctx, "lease: released", "token", term.Token)
+	return nil
+}
+
+// Close implements Lease: it releases and closes the connection;
+// TryAcquire reports Faulted with ErrClosed afterwards. It is idempotent.
+func (f *Fenced) Close(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// Caught by TestFenced/ClosedLeaseIsFaultedAndHandsOver.
+	err := f.releaseLocked(ctx)
+	f.resetConn(ctx)
+	f.closed = true
+	return err
+}
+
+// Fence implements Fencer: inside the caller's transaction tx, on the
+// database that holds the lease table, it returns an error wrapping
+// ErrStaleToken unless term is the newest grant of this lease. The row
+// lock it takes holds off the next grant until tx ends, so a write that
+// passed the fence commits before any newer leader exists. It does not
+// check expiry: a term that expired but was not granted again is still
+// the newest, and its writes are still safe.
+func (f *Fenced) Fence(ctx context.Context, tx pgx.Tx, term Term) error {
+	return fence(ctx, tx, f.table, f.cfg.Name, term)
+}
