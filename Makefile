@@ -8,7 +8,7 @@ PKGS     ?= ./...
 STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build test test-stack images stack lint
+.PHONY: all build test test-stack images stack lint repro-556
 
 all: lint build test
 
@@ -31,6 +31,11 @@ images:
 ## stack: start a stack and print export lines for the external provider.
 stack:
 	$(GO) run ./cmd/doublerun stack up
+
+## repro-556: reproduce issue #556 (two leaders through transaction pooling)
+## and check its fixes; exits 0 only on "Successful reproduction".
+repro-556:
+	$(GO) run ./cmd/doublerun repro 556 --out reports/repro-556
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

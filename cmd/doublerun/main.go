@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
+
+	"github.com/doublerun/doublerun/scenarios"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; the
@@ -44,12 +46,17 @@ func (e usageError) Error() string { return e.msg }
 
 func commands() []command {
 	return []command{
+		listCommand(),
+		runCommand(),
+		reproCommand(),
 		stackCommand(),
 		versionCommand(),
 	}
 }
 
 func main() {
+	// A scenario replica is this binary started again; it never returns.
+	scenarios.MaybeRunReplica()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

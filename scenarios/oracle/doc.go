@@ -7,23 +7,23 @@
 //
 // [Analyze] turns a [History] into [Metrics]:
 //
-//	replica a   |=====|  |=====|  |====......(killed)
-//	replica b                        |=====|  |=====|
-//	                                 ^^^^^
-//	                                 double-run: two replicas working at once
-//	                     ^^          gap within tolerance: still one leader
-//	                                          leaderless: gap > tolerance
+//		replica a   |=====|  |=====|  |====......(killed)
+//		replica b                        |=====|  |=====|
+//		                                 ^^^^^
+//		                                 double-run: two replicas working at once
+//		                     ^^          gap within tolerance: still one leader
+//		                                          leaderless: gap > tolerance
 //
-//   - The double-run window is the time during which two or more replicas
-//     did leader work at the same instant, with its episodes and the longest.
-//     A replica's own overlapping intervals are merged first.
-//   - The leaderless window is the time inside the measured span covered by
-//     no work, counting only gaps longer than the tolerance (a leader's own
-//     pause between cycles is not leaderlessness).
-//   - Failover latency is the time from the first fault until work resumes
-//     under a term granted after it.
-//   - A stale write is a side-effect write accepted under a token older than
-//     the newest granted at that moment; a rejected one is the fence working.
+//	  - The double-run window is the time during which two or more replicas
+//	    did leader work at the same instant, with its episodes and the longest.
+//	    A replica's own overlapping intervals are merged first.
+//	  - The leaderless window is the time inside the measured span covered by
+//	    no work, counting only gaps longer than the tolerance (a leader's own
+//	    pause between cycles is not leaderlessness).
+//	  - Failover latency is the time from the first fault until work resumes
+//	    under a term granted after it.
+//	  - A stale write is a side-effect write accepted under a token older than
+//	    the newest granted at that moment; a rejected one is the fence working.
 //
 // Reports carry the raw History, so anyone can recompute the figures.
 package oracle

@@ -109,6 +109,12 @@ func (r *Recorder) Rejected(ctx context.Context, token int64) error {
 	return nil
 }
 
+// Event logs an event about this replica.
+func (r *Recorder) Event(ctx context.Context, kind, detail string) error {
+	_, err := LogEvent(ctx, r.pool, kind, r.replica, detail)
+	return err
+}
+
 // LogEvent logs an event through any direct connection and returns its
 // time on the one clock.
 func LogEvent(ctx context.Context, db interface {
@@ -126,7 +132,9 @@ func LogEvent(ctx context.Context, db interface {
 // Load reads the history of a run measured from start to end. Work that
 // was never ended ends at the replica's death (killed or stopped) after
 // its start, else at end.
-func Load(ctx context.Context, conn *pgx.Conn, start, end time.Time) (History, error) {
+func Load(ctx context.Context, conn interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, start, end time.Time) (History, error) {
 	h := History{Start: start, End: end}
 	rows, err := conn.Query(ctx, `SELECT kind, replica, detail, at FROM `+EventsTable+` ORDER BY at, id`)
 	if err != nil {

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/stack"
+)
+
+const listUsage = `Usage: doublerun list
+
+Lists the built-in scenarios with their strategy, topology and expectation.
+`
+
+func listCommand() command {
+	return command{
+		name: "list", summary: "list the built-in scenarios", usage: listUsage,
+		run: func(_ context.Context, e *env, args []string) error {
+			fs := newFlagSet("list", listUsage, e)
+			if err := parse(fs, args); err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SCENARIO\tSTRATEGY\tTOPOLOGY\tEXPECT\tDESCRIPTION")
+			for _, s := range scenarios.All() {
+				s = s.WithDefaults()
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.Strategy, s.Topology, s.Expect, s.Description)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+const runUsage = `Usage: doublerun run --scenario NAME [--out DIR] [--json] [--duration D]
+
+Starts a stack (DOUBLERUN_PROVIDER), runs the scenario's replicas as
+separate processes, measures the double-run and leaderless windows through
+the oracle, and judges them against the scenario's expectation. Prints one
+line per scenario; --json prints the whole report instead. Exits 1 when the
+verdict fails. See ` + "`doublerun list`" + ` for the names.
+`
+
+func runCommand() command {
+	return command{
+		name: "run", summary: "run one scenario and judge it", usage: runUsage,
+		run: func(ctx context.Context, e *env, args []string) error {
+			fs := newFlagSet("run", runUsage, e)
+			name := fs.String("scenario", "", "scenario name (required)")
+			out := fs.String("out", "reports", "directory for report.json, report.md, timeline.svg and replica logs")
+			asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
+			duration := fs.Duration("duration", 0, "measure for this long instead of the scenario's default")
+			if err := parse(fs, args); err != nil {
+				return err
+			}
+			if *name == "" {
+				return usageError{"--scenario is required"}
+			}
+			sc, err := scenarios.Lookup(*name)
+			if err != nil {
+				return err
+			}
+			if *duration > 0 {
+				sc.Duration = *duration
+			}
+			s, closeStack, err := startStack(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer closeStack()
+			rep, err := scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log})
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				enc := json.NewEncoder(e.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(e.stdout, rep.Summary())
+				fmt.Fprintf(e.stdout, "report: %s/%s/report.md, timeline: %s/%s/timeline.svg\n", *out, sc.Name, *out, sc.Name)
+			}
+			if !rep.Verdict.Pass {
+				return fmt.Errorf("scenario %s: verdict failed: %s", sc.Name, rep.Verdict.Reason)
+			}
+			return nil
+		},
+	}
+}
+
+const reproUsage = `Usage: doublerun repro 556 [--out DIR]
+
+Reproduces issue #556 and checks its fixes:
+  1. the advisory lease, 2 replicas, transaction pooling with a pool of one:
+     both replicas leader on the same backend PID, double-run window > 0;
+  2. the PID guard's effect: advisory-unguarded against advisory at pool
+     sizes 2 to 4;
+  3. the fixes: the pinned endpoint (double-run 0) and the fenced lease
+     (0 accepted stale writes).
+Prints "Successful reproduction" and exits 0 only if 1 reproduced and 3
+held; otherwise prints "Failed to reproduce" and exits 1.
+`
+
+func reproCommand() command {
+	return command{
+		name: "repro", summary: "reproduce a known limitation (556) and check its fixes", usage: reproUsage,
+		run: func(ctx context.Context, e *env, args []string) error {
+			if len(args) == 0 {
+				return usageError{"missing issue number; known: 556"}
+			}
+			if args[0] == "-h" || args[0] == "--help" {
+				fmt.Fprint(e.stderr, reproUsage)
+				return nil
+			}
+			if args[0] != "556" {
+				return usageError{fmt.Sprintf("unknown issue %q; known: 556", args[0])}
+			}
+			fs := newFlagSet("repro 556", reproUsage, e)
+			out := fs.String("out", "reports/repro-556", "directory for the reports")
+			if err := parse(fs, args[1:]); err != nil {
+				return err
+			}
+			s, closeStack, err := startStack(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer closeStack()
+			begin := time.Now()
+			res, err := scenarios.Repro556(ctx, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
+				func(line string) { fmt.Fprintln(e.stdout, line) })
+			if err != nil {
+				fmt.Fprintln(e.stdout, "Failed to reproduce")
+				return err
+			}
+			res.Print(e.stdout)
+			fmt.Fprintf(e.stdout, "took %s; reports in %s\n", time.Since(begin).Round(time.Second), *out)
+			if !res.Success() {
+				fmt.Fprintln(e.stdout, "Failed to reproduce")
+				return fmt.Errorf("issue 556: %s", res.Why())
+			}
+			fmt.Fprintln(e.stdout, "Successful reproduction")
+			return nil
+		},
+	}
+}
+
+// startStack starts the stack the environment names and returns its
+// cleanup.
+func startStack(ctx context.Context, e *env) (*stack.Stack, func(), error) {
+	s, err := stack.Start(ctx, stack.Options{Logger: e.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := s.Close(cctx); err != nil {
+			e.log.Error("stack cleanup", "err", err)
+		}
+	}, nil
+}

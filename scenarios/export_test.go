@@ -1,0 +1,8 @@
+package scenarios
+
+// WithReplicaHook returns opts that call f with each replica's PID as it
+// starts, so tests can check that none outlives its run.
+func WithReplicaHook(opts RunOptions, f func(pid int)) RunOptions {
+	opts.onReplica = f
+	return opts
+}

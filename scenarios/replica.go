@@ -1,0 +1,210 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/worker"
+)
+
+// envReplica carries a replica's spec from the runner to the process it
+// starts.
+const envReplica = "DOUBLERUN_REPLICA"
+
+// replicaSpec is everything a replica process needs.
+type replicaSpec struct {
+	Replica      string        `json:"replica"`
+	Strategy     string        `json:"strategy"`
+	LeaseName    string        `json:"lease_name"`
+	LeaseDSN     string        `json:"lease_dsn"`
+	WorkDSN      string        `json:"work_dsn"`
+	OracleDSN    string        `json:"oracle_dsn"`
+	PollInterval time.Duration `json:"poll_interval"`
+	Work         time.Duration `json:"work"`
+	TTL          time.Duration `json:"ttl"`
+	Unfenced     bool          `json:"unfenced"`
+}
+
+// MaybeRunReplica runs this process as a scenario replica, and exits, when
+// a runner started it as one; otherwise it returns at once. Replicas are
+// the running binary started again, so call it first in main, or in the
+// TestMain of a package that runs scenarios (after RegisterStrategy for a
+// lease of your own):
+//
+//	func TestMain(m *testing.M) {
+//		scenarios.RegisterStrategy("mine", scenarios.Strategy{New: newMyLease})
+//		scenarios.MaybeRunReplica()
+//		os.Exit(m.Run())
+//	}
+func MaybeRunReplica() {
+	raw, ok := os.LookupEnv(envReplica)
+	if !ok {
+		return
+	}
+	os.Exit(runReplica(raw))
+}
+
+func runReplica(raw string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var spec replicaSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		log.Error("replica: bad spec", "err", err)
+		return 2
+	}
+	log = log.With("replica", spec.Replica)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := replicaMain(ctx, spec, log); err != nil {
+		log.Error("replica failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// replicaMain runs a worker gated by the strategy's lease. Its one sweep is
+// the leader work the oracle measures.
+func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error {
+	rec, err := oracle.NewRecorder(ctx, spec.OracleDSN, spec.Replica)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	strategy, ok := lookupStrategy(spec.Strategy)
+	if !ok {
+		return fmt.Errorf("strategy %q is not registered in this binary; register it before MaybeRunReplica", spec.Strategy)
+	}
+	l, err := strategy.New(ctx, LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, Logger: log})
+	if err != nil {
+		return fmt.Errorf("build lease: %w", err)
+	}
+	defer l.Close(context.Background())
+
+	poolCfg, err := pgxpool.ParseConfig(spec.WorkDSN)
+	if err != nil {
+		return err
+	}
+	poolCfg.MaxConns = 2
+	poolCfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	w, err := worker.New(worker.Config{
+		Lease:          l,
+		Sweeps:         []worker.Sweep{leaderWork(spec, l, rec, pool, log)},
+		ID:             spec.Replica,
+		PollInterval:   spec.PollInterval,
+		BackoffInitial: spec.PollInterval,
+		BackoffMax:     time.Second,
+		LeaseTimeout:   10 * time.Second,
+		Logger:         log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	_ = rec.Event(ctx, oracle.EventReplicaStarted, fmt.Sprintf("pid %d", os.Getpid()))
+	<-ctx.Done()
+	w.Stop()
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Close(cctx); err != nil {
+		log.Warn("replica: close lease", "err", err)
+	}
+	return rec.Event(cctx, oracle.EventReplicaStopped, "")
+}
+
+// leaderWork is one piece of leader work: log its start, work, make the
+// side-effect write through the work endpoint (fenced unless the scenario
+// says otherwise), log its end. The write comes after the work, as in a
+// real job, so a leader paused mid-work writes late: the case a fence is
+// for.
+func leaderWork(spec replicaSpec, l lease.Lease, rec *oracle.Recorder, pool *pgxpool.Pool, log *slog.Logger) worker.Sweep {
+	return worker.SweepFunc("doublerun-leader-work", func(ctx context.Context, term lease.Term) error {
+		if err := rec.Grant(ctx, term.Token); err != nil {
+			return err
+		}
+		var pid int32
+		if p, ok := l.(interface{ BackendPID() int32 }); ok {
+			pid = p.BackendPID()
+		}
+		id, err := rec.Begin(ctx, term.Token, pid)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(spec.Work):
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		werr := sideEffect(ctx, wctx, spec, pool, rec, term)
+		if err := endWork(ctx, rec, id); err != nil {
+			return err
+		}
+		if werr != nil {
+			log.Warn("replica: side-effect write failed", "token", term.Token, "err", werr)
+		}
+		return nil
+	})
+}
+
+// sideEffect writes one row under term in a transaction that first checks
+// the fence (unless unfenced). leaderCtx carries the term for worker.Fence;
+// the statements run on ctx, which outlives the leader cycle.
+func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, pool *pgxpool.Pool, rec *oracle.Recorder, term lease.Term) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if !spec.Unfenced {
+		fenceCtx, cancel := context.WithTimeout(context.WithoutCancel(leaderCtx), 5*time.Second)
+		defer cancel()
+		if err := worker.Fence(fenceCtx, tx); err != nil {
+			if errors.Is(err, lease.ErrStaleToken) {
+				return rec.Rejected(ctx, term.Token)
+			}
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+oracle.SideEffectsTable+` (replica, token) VALUES ($1, $2)`, spec.Replica, term.Token); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// endWork logs the end of a piece of work, retrying for a while: a piece
+// whose end is lost would count as work until the run ends, and the oracle
+// can be briefly unreachable (a Postgres restart).
+func endWork(ctx context.Context, rec *oracle.Recorder, id int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for {
+		err := rec.End(ctx, id)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

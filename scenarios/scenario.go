@@ -1,0 +1,188 @@
+package scenarios
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// TopologyKind is how a replica reaches Postgres.
+type TopologyKind string
+
+// The topologies. See the package documentation.
+const (
+	Direct      TopologyKind = "direct"
+	Session     TopologyKind = "session"
+	Transaction TopologyKind = "transaction"
+	Pinned      TopologyKind = "pinned"
+)
+
+// Topology is a TopologyKind with its transaction pool size.
+type Topology struct {
+	Kind TopologyKind `json:"kind"`
+	// PoolSize is default_pool_size of the transaction pool (transaction
+	// and pinned); 0 means 1, the size at which #556 reproduces.
+	PoolSize int `json:"pool_size,omitempty"`
+}
+
+func (t Topology) String() string {
+	if t.Kind == Transaction || t.Kind == Pinned {
+		return fmt.Sprintf("%s(pool=%d)", t.Kind, cmp.Or(t.PoolSize, 1))
+	}
+	return string(t.Kind)
+}
+
+// Expectation is what a scenario's measurements must show.
+type Expectation string
+
+// The expectations.
+const (
+	// ExpectSafe: no double-run and no accepted stale write.
+	ExpectSafe Expectation = "safe"
+	// ExpectReproduces: a double-run must appear (a known limitation).
+	ExpectReproduces Expectation = "reproduces"
+	// ExpectFenced: leaders may overlap, but no stale write is accepted.
+	ExpectFenced Expectation = "fenced"
+)
+
+// Scenario is one measured run, as data. Zero fields take the defaults in
+// their comments.
+type Scenario struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Strategy names a registered lease strategy: advisory,
+	// advisory-unguarded, fenced, or one given to RegisterStrategy.
+	Strategy string   `json:"strategy"`
+	Topology Topology `json:"topology"`
+	// Replicas is the number of competing replica processes; default 2.
+	Replicas int `json:"replicas"`
+	// Duration is how long the run is measured; default 5s.
+	Duration time.Duration `json:"duration"`
+	// PollInterval is the worker's poll interval; default 100ms.
+	PollInterval time.Duration `json:"poll_interval"`
+	// Work is the length of one piece of leader work; default 200ms.
+	Work time.Duration `json:"work"`
+	// TTL is the fenced lease's TTL; default 2s.
+	TTL time.Duration `json:"ttl"`
+	// Fault names a fault from the chaos catalog; default "none".
+	Fault string `json:"fault"`
+	// Unfenced makes the side-effect writes skip the fence, to show what
+	// the fence prevents.
+	Unfenced bool        `json:"unfenced,omitempty"`
+	Expect   Expectation `json:"expect"`
+}
+
+// WithDefaults returns s with every zero field set to its default.
+func (s Scenario) WithDefaults() Scenario {
+	s.Replicas = cmp.Or(s.Replicas, 2)
+	s.Duration = cmp.Or(s.Duration, 5*time.Second)
+	s.PollInterval = cmp.Or(s.PollInterval, 100*time.Millisecond)
+	s.Work = cmp.Or(s.Work, 200*time.Millisecond)
+	s.TTL = cmp.Or(s.TTL, 2*time.Second)
+	s.Fault = cmp.Or(s.Fault, NoFault)
+	if s.Topology.Kind == Transaction || s.Topology.Kind == Pinned {
+		s.Topology.PoolSize = cmp.Or(s.Topology.PoolSize, 1)
+	}
+	return s
+}
+
+// Validate reports what is wrong with s, naming the valid choices.
+func (s Scenario) Validate() error {
+	s = s.WithDefaults()
+	var errs []error
+	if s.Name == "" {
+		errs = append(errs, errors.New("scenario has no name"))
+	}
+	if _, ok := lookupStrategy(s.Strategy); !ok {
+		errs = append(errs, fmt.Errorf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
+	}
+	switch s.Topology.Kind {
+	case Direct, Session, Transaction, Pinned:
+	default:
+		errs = append(errs, fmt.Errorf("unknown topology %q; valid: direct, session, transaction, pinned", s.Topology.Kind))
+	}
+	switch s.Expect {
+	case ExpectSafe, ExpectReproduces, ExpectFenced:
+	default:
+		errs = append(errs, fmt.Errorf("unknown expectation %q; valid: safe, reproduces, fenced", s.Expect))
+	}
+	if s.Replicas < 1 {
+		errs = append(errs, fmt.Errorf("replicas %d: need at least 1", s.Replicas))
+	}
+	if f, ok := lookupFault(s.Fault); s.Fault != NoFault && !ok {
+		errs = append(errs, fmt.Errorf("unknown fault %q; valid: %s", s.Fault, strings.Join(FaultNames(), ", ")))
+	} else if ok && !f.Available(s) {
+		errs = append(errs, fmt.Errorf("fault %s does not apply to strategy %s on topology %s", s.Fault, s.Strategy, s.Topology))
+	}
+	return errors.Join(errs...)
+}
+
+// Catalog is the built-in scenarios. Issue556 and its fixes are the ones
+// `doublerun repro 556` runs.
+var Catalog = []Scenario{
+	{Name: "advisory-direct", Strategy: "advisory", Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+		Description: "the original lease on a direct connection"},
+	{Name: "advisory-session", Strategy: "advisory", Topology: Topology{Kind: Session}, Expect: ExpectSafe,
+		Description: "the original lease through PgBouncer session pooling"},
+	Issue556,
+	{Name: "advisory-unguarded-transaction", Strategy: "advisory-unguarded", Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
+		Description: "the original lease without its PID guard through transaction pooling (pool of one)"},
+	Issue556Pinned,
+	{Name: "fenced-direct", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+		Description: "the table lease on a direct connection"},
+	{Name: "fenced-session", Strategy: "fenced", Topology: Topology{Kind: Session}, Expect: ExpectSafe,
+		Description: "the table lease through session pooling"},
+	Issue556Fenced,
+}
+
+// The #556 reproduction and its two fixes.
+var (
+	Issue556 = Scenario{Name: "issue-556", Strategy: "advisory", Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
+		Description: "#556: the advisory lease through transaction pooling with a pool of one: two leaders on one backend"}
+	Issue556Pinned = Scenario{Name: "issue-556-pinned", Strategy: "advisory", Topology: Topology{Kind: Pinned, PoolSize: 1}, Expect: ExpectSafe,
+		Description: "#556 fix: the lease on a session-pinned endpoint, the work through the transaction pool"}
+	Issue556Fenced = Scenario{Name: "issue-556-fenced", Strategy: "fenced", Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectSafe,
+		Description: "#556 fix: the fenced table lease through transaction pooling"}
+)
+
+// GuardScenarios returns the runs that show what the PID guard does at
+// pool sizes 2 to 4: the guarded and the unguarded advisory lease.
+func GuardScenarios() []Scenario {
+	var out []Scenario
+	for _, size := range []int{2, 3, 4} {
+		for _, strategy := range []string{"advisory-unguarded", "advisory"} {
+			out = append(out, Scenario{
+				Name:     fmt.Sprintf("%s-transaction-pool%d", strategy, size),
+				Strategy: strategy, Topology: Topology{Kind: Transaction, PoolSize: size},
+				Expect:      ExpectReproduces,
+				Description: fmt.Sprintf("%s through transaction pooling with a pool of %d", strategy, size),
+			})
+		}
+	}
+	return out
+}
+
+// All returns the catalog and the guard scenarios.
+func All() []Scenario { return append(slices.Clone(Catalog), GuardScenarios()...) }
+
+// Lookup finds a built-in scenario by name; the error lists the valid names.
+func Lookup(name string) (Scenario, error) {
+	for _, s := range All() {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return Scenario{}, fmt.Errorf("unknown scenario %q; valid: %s", name, strings.Join(Names(), ", "))
+}
+
+// Names lists the built-in scenarios.
+func Names() []string {
+	var names []string
+	for _, s := range All() {
+		names = append(names, s.Name)
+	}
+	return names
+}

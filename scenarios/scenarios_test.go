@@ -1,0 +1,177 @@
+package scenarios_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+// short keeps a scenario's measurement brief for tests.
+func short(sc Scenario) Scenario {
+	sc.Duration = 2 * time.Second
+	return sc
+}
+
+func runScenario(t *testing.T, sc Scenario) *Report {
+	t.Helper()
+	s := stacktest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, short(sc), RunOptions{Stack: s, OutDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Log(rep.Summary())
+	return rep
+}
+
+func TestIssue556Reproduces(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, Issue556)
+	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
+	require.Positive(t, rep.Metrics.DoubleRun.Total, "two leaders at once")
+	require.Equal(t, 2, rep.Metrics.MaxConcurrentLeaders)
+	pid, who := rep.SharedBackend()
+	require.NotZero(t, pid, "both replicas held the lease on one backend: %v", rep.BackendPIDs())
+	require.Equal(t, []string{"r1", "r2"}, who)
+	require.Zero(t, rep.Metrics.StaleWrites.Accepted, "the fence still refuses the older leader's writes")
+}
+
+func TestIssue556PinnedFixHolds(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, Issue556Pinned)
+	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
+	require.Zero(t, rep.Metrics.DoubleRun.Total)
+	require.Equal(t, 1, rep.Metrics.MaxConcurrentLeaders)
+	require.Positive(t, rep.Metrics.Writes, "the leader's work went through the transaction pool")
+}
+
+func TestIssue556FencedFixHolds(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, Issue556Fenced)
+	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
+	require.Zero(t, rep.Metrics.StaleWrites.Accepted)
+	require.Zero(t, rep.Metrics.DoubleRun.Total)
+}
+
+// A lease the user wrote, plugged into a scenario by name.
+func TestUserLeaseRunsInAScenario(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, Scenario{Name: "row-lease-transaction", Strategy: "example-row-lease",
+		Topology: Topology{Kind: Transaction, PoolSize: 2}, Expect: ExpectSafe})
+	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
+	require.Positive(t, len(rep.History.Intervals))
+}
+
+func TestReportFilesRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Shared(t)
+	out := t.TempDir()
+	rep, err := Run(context.Background(), short(Catalog[0]), RunOptions{Stack: s, OutDir: out})
+	require.NoError(t, err)
+	dir := filepath.Join(out, Catalog[0].Name)
+	for _, f := range []string{"report.json", "report.md", "timeline.svg", "replicas/r1.log", "replicas/r2.log"} {
+		info, err := os.Stat(filepath.Join(dir, f))
+		require.NoError(t, err, f)
+		require.Positive(t, info.Size(), f)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	require.NoError(t, err)
+	var back Report
+	require.NoError(t, json.Unmarshal(data, &back))
+	require.Equal(t, ReportSchema, back.Schema)
+	// The raw history recomputes the same figures.
+	again := oracle.Analyze(back.History, oracle.Options{GapTolerance: time.Duration(back.GapTolerance)})
+	require.Equal(t, rep.Metrics.DoubleRun.Total, again.DoubleRun.Total)
+	require.Equal(t, rep.Metrics.Leaderless.Total, again.Leaderless.Total)
+	require.Equal(t, rep.Metrics.Writes, again.Writes)
+}
+
+// No replica outlives its run, even when the run is cut short.
+func TestReplicasDoNotOutliveACancelledRun(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Shared(t)
+	var mu sync.Mutex
+	var pids []int
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := WithReplicaHook(RunOptions{Stack: s}, func(pid int) {
+		mu.Lock()
+		defer mu.Unlock()
+		pids = append(pids, pid)
+		if len(pids) == 2 {
+			time.AfterFunc(500*time.Millisecond, cancel)
+		}
+	})
+	sc := Catalog[0]
+	sc.Duration = time.Minute
+	_, err := Run(ctx, sc, opts)
+	require.ErrorIs(t, err, context.Canceled)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, pids, 2)
+	for _, pid := range pids {
+		require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "replica %d still running", pid)
+	}
+}
+
+func TestRunRejectsBadScenarios(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Shared(t)
+	for _, tc := range []struct {
+		name string
+		sc   Scenario
+		want string
+	}{
+		{"UnknownStrategy", Scenario{Name: "x", Strategy: "zookeeper", Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, `unknown strategy "zookeeper"; valid: `},
+		{"UnknownTopology", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: "mesh"}, Expect: ExpectSafe}, `unknown topology "mesh"`},
+		{"UnknownExpectation", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: "maybe"}, `unknown expectation "maybe"`},
+		{"UnknownFault", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Fault: "METEOR"}, `unknown fault "METEOR"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Run(context.Background(), tc.sc, RunOptions{Stack: s})
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	_, err := Lookup("issue-557")
+	require.ErrorContains(t, err, `unknown scenario "issue-557"; valid: advisory-direct, `)
+}
+
+func TestJudgeFailsInEitherDirection(t *testing.T) {
+	t.Parallel()
+	double := oracle.Metrics{DoubleRun: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}
+	stale := oracle.Metrics{StaleWrites: oracle.StaleWrites{Accepted: 1}}
+	clean := oracle.Metrics{}
+	for _, tc := range []struct {
+		name   string
+		expect Expectation
+		m      oracle.Metrics
+		pieces int
+		pass   bool
+	}{
+		{"SafeAndClean", ExpectSafe, clean, 5, true},
+		{"SafeButDoubleRun", ExpectSafe, double, 5, false},
+		{"SafeButStaleWriteAccepted", ExpectSafe, stale, 5, false},
+		{"ReproducesAndDoubleRun", ExpectReproduces, double, 5, true},
+		{"ReproducesButClean", ExpectReproduces, clean, 5, false},
+		{"FencedWithOverlapOnly", ExpectFenced, double, 5, true},
+		{"FencedButStaleWriteAccepted", ExpectFenced, stale, 5, false},
+		{"NoLeaderWorkFailsSafe", ExpectSafe, clean, 0, false},
+		{"NoLeaderWorkFailsFenced", ExpectFenced, clean, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v := Judge(tc.expect, tc.m, tc.pieces)
+			require.Equal(t, tc.pass, v.Pass, v.Reason)
+			require.NotEmpty(t, v.Reason)
+		})
+	}
+}

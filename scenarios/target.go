@@ -1,0 +1,60 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/stack"
+)
+
+// The run is the Target its fault acts on.
+var _ Target = (*run)(nil)
+
+func (r *run) Scenario() Scenario                   { return r.sc }
+func (r *run) Stack() *stack.Stack                  { return r.opts.Stack }
+func (r *run) LeaseEndpoint() stack.Endpoint        { return r.leaseEP }
+func (r *run) WorkEndpoint() stack.Endpoint         { return r.workEP }
+func (r *run) Proxies(id string) []*toxiproxy.Proxy { return r.proxies[id] }
+
+func (r *run) Leader(ctx context.Context) (Replica, error) {
+	var id string
+	var pid int32
+	err := r.conn.QueryRow(ctx, `SELECT replica, backend_pid FROM `+oracle.WorkTable+` ORDER BY started_at DESC, id DESC LIMIT 1`).Scan(&id, &pid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Replica{}, errors.New("no replica has led yet")
+	}
+	if err != nil {
+		return Replica{}, err
+	}
+	for _, rp := range r.Replicas() {
+		if rp.ID == id {
+			rp.LeaseBackendPID = pid
+			return rp, nil
+		}
+	}
+	return Replica{}, fmt.Errorf("leader %s is not a replica of this run", id)
+}
+
+func (r *run) Replicas() []Replica {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Replica, 0, len(r.replicas))
+	for _, rp := range r.replicas {
+		out = append(out, Replica{ID: rp.id, PID: rp.cmd.Process.Pid})
+	}
+	return out
+}
+
+func (r *run) Event(ctx context.Context, kind, replica, detail string) error {
+	_, err := oracle.LogEvent(ctx, r.conn, kind, replica, detail)
+	return err
+}
+
+func (r *run) Killed(ctx context.Context, replica string) error {
+	return r.Event(ctx, oracle.EventReplicaKilled, replica, "")
+}
