@@ -8,7 +8,7 @@ PKGS     ?= ./...
 STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build test test-stack images stack lint repro-556
+.PHONY: all build test test-stack images stack lint repro-556 mutation mutation-guards
 
 all: lint build test
 
@@ -36,6 +36,16 @@ stack:
 ## and check its fixes; exits 0 only on "Successful reproduction".
 repro-556:
 	$(GO) run ./cmd/doublerun repro 556 --out reports/repro-556
+
+## mutation-guards: every named guard mutant in testdata/mutation must be
+## killed by its tests (go test -overlay; the tree is never touched).
+mutation-guards:
+	$(GO) run ./cmd/doublerun mutation guards
+
+## mutation: gremlins on lease and worker, gated per package against
+## testdata/mutation/baseline.json (mutation/run.sh; over an hour here).
+mutation:
+	bash mutation/run.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -50,6 +50,7 @@ func commands() []command {
 		runCommand(),
 		reproCommand(),
 		stackCommand(),
+		mutationCommand(),
 		versionCommand(),
 	}
 }

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/doublerun/doublerun/mutation"
+	"github.com/doublerun/doublerun/scenarios/stack"
+)
+
+const mutationUsage = `Usage:
+  doublerun mutation guards [--manifest GLOB] [--guard REGEX] [--parallel N]
+                            [--timeout D] [--share-stack] [--json]
+  doublerun mutation gate --report [NAME=]FILE [--report ...]
+                          [--baseline FILE] [--min-efficacy X] [--min-coverage Y]
+                          [--write-baseline]
+
+guards  applies each named guard mutant of the manifests (see
+        testdata/mutation/README.md) through go test -overlay, runs the
+        guard's tests unmutated and then mutated, and fails unless every
+        guard is KILLED. The working tree is never written; Ctrl-C stops
+        every go test and removes every temporary file. Each go test starts
+        its own stack (DOUBLERUN_PROVIDER), unless --share-stack: then the
+        command starts one and passes it to every go test through the
+        external provider, which is faster but fails tests that add a
+        PgBouncer of their own.
+
+gate    reads gremlins JSON reports (go tool gremlins unleash --output FILE),
+        one per package; NAME is the package directory ("lease"), by default
+        FILE's base name without .json. It prints efficacy and mutant
+        coverage per package and every LIVED and NOT COVERED mutant, and
+        fails when a package is below --min-efficacy or --min-coverage or
+        below its figures in the baseline. A score equal to a threshold
+        passes. --write-baseline raises the baseline to a passing run's
+        figures; it never lowers them.
+
+make mutation runs gremlins and the gate against one shared stack
+(mutation/run.sh).
+`
+
+func mutationCommand() command {
+	return command{
+		name:    "mutation",
+		summary: "prove the tests catch the guards' removal (guards) and gate gremlins' scores (gate)",
+		usage:   mutationUsage,
+		run: func(ctx context.Context, e *env, args []string) error {
+			if len(args) == 0 {
+				return usageError{"missing subcommand: guards or gate"}
+			}
+			switch args[0] {
+			case "guards":
+				return mutationGuards(ctx, e, args[1:])
+			case "gate":
+				return mutationGate(e, args[1:])
+			case "-h", "--help", "help":
+				fmt.Fprint(e.stderr, mutationUsage)
+				return nil
+			}
+			return usageError{fmt.Sprintf("unknown subcommand %q: use guards or gate", args[0])}
+		},
+	}
+}
+
+func mutationGuards(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet("mutation guards", mutationUsage, e)
+	manifest := fs.String("manifest", mutation.DefaultManifests, "glob of guard manifests")
+	only := fs.String("guard", "", "run only the guards whose id matches this regular expression")
+	parallel := fs.Int("parallel", mutation.DefaultParallel, "go test processes at once")
+	timeout := fs.Duration("timeout", mutation.DefaultGuardTimeout, "bound on each go test run, compile included")
+	share := fs.Bool("share-stack", false, "start one stack and pass it to every guard's tests (external provider); tests that add a PgBouncer fail on it")
+	asJSON := fs.Bool("json", false, "print the results as JSON on stdout")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *parallel < 1 {
+		return usageError{fmt.Sprintf("--parallel must be at least 1, not %d", *parallel)}
+	}
+	if *timeout <= 0 {
+		return usageError{fmt.Sprintf("--timeout must be positive, not %s", *timeout)}
+	}
+	var re *regexp.Regexp
+	if *only != "" {
+		var err error
+		if re, err = regexp.Compile(*only); err != nil {
+			return usageError{fmt.Sprintf("--guard %q: %v", *only, err)}
+		}
+	}
+	guards, err := mutation.LoadManifests(*manifest)
+	if err != nil {
+		return err
+	}
+	if re != nil {
+		var kept []mutation.Guard
+		for _, g := range guards {
+			if re.MatchString(g.ID) {
+				kept = append(kept, g)
+			}
+		}
+		if len(kept) == 0 {
+			return fmt.Errorf("no guard id in %s matches --guard %q", *manifest, *only)
+		}
+		guards = kept
+	}
+
+	var extraEnv []string
+	if *share && os.Getenv(stack.EnvProvider) != string(stack.ProviderExternal) {
+		s, err := stack.Start(ctx, stack.Options{Logger: e.log})
+		if err != nil {
+			return fmt.Errorf("shared stack: %w", err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := s.Close(cctx); err != nil {
+				e.log.Error("shared stack cleanup", "err", err)
+			}
+		}()
+		extraEnv = exportEnv(s.ExportLines())
+		e.log.Info("shared stack up; every guard's tests use it", "provider", s.Provider())
+	}
+
+	var mu sync.Mutex
+	done := 0
+	begin := time.Now()
+	results, runErr := mutation.RunGuards(ctx, guards, mutation.GuardOptions{
+		Parallel: *parallel,
+		Timeout:  *timeout,
+		Env:      extraEnv,
+		Logger:   e.log,
+		Progress: func(i int, r mutation.GuardResult) {
+			mu.Lock()
+			defer mu.Unlock()
+			done++
+			fmt.Fprintf(e.stderr, "[%d/%d] %s %s %s: %s\n", done, len(guards), r.ID, r.Outcome, r.Duration.Round(100*time.Millisecond), r.Detail)
+			if !r.Passed() && r.Output != "" {
+				fmt.Fprintf(e.stderr, "%s\n", indent(r.Output, "    | "))
+			}
+		},
+	})
+	if errors.Is(runErr, context.Canceled) {
+		return fmt.Errorf("interrupted after %d of %d guards; nothing was left behind", done, len(guards))
+	}
+	if runErr != nil {
+		return runErr
+	}
+
+	var failed []string
+	for _, r := range results {
+		if !r.Passed() {
+			failed = append(failed, fmt.Sprintf("%s (%s)", r.ID, r.Outcome))
+		}
+	}
+	if *asJSON {
+		out := struct {
+			Passed  bool                   `json:"passed"`
+			Seconds float64                `json:"seconds"`
+			Guards  []mutation.GuardResult `json:"guards"`
+		}{len(failed) == 0, time.Since(begin).Seconds(), results}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "GUARD\tOUTCOME\tDURATION\tDETAIL")
+		for _, r := range results {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.Outcome, r.Duration.Round(100*time.Millisecond), r.Detail)
+		}
+		tw.Flush()
+		fmt.Fprintf(e.stdout, "%d of %d guards killed in %s\n", len(results)-len(failed), len(results), time.Since(begin).Round(time.Second))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d guards not killed: %s", len(failed), len(results), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// exportEnv turns `export NAME='value'` lines into NAME=value.
+func exportEnv(lines []string) []string {
+	var env []string
+	for _, l := range lines {
+		k, v, _ := strings.Cut(strings.TrimPrefix(l, "export "), "=")
+		env = append(env, k+"="+strings.Trim(v, "'"))
+	}
+	return env
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// reportFlags collects repeated --report [NAME=]FILE flags.
+type reportFlags []reportFlag
+
+type reportFlag struct{ name, file string }
+
+func (r *reportFlags) String() string { return "" }
+
+func (r *reportFlags) Set(v string) error {
+	name, file, ok := strings.Cut(v, "=")
+	if !ok {
+		file = v
+		name = strings.TrimSuffix(filepath.Base(v), ".json")
+	}
+	if name == "" || file == "" {
+		return fmt.Errorf("want NAME=FILE or FILE, not %q", v)
+	}
+	*r = append(*r, reportFlag{name, file})
+	return nil
+}
+
+func mutationGate(e *env, args []string) error {
+	fs := newFlagSet("mutation gate", mutationUsage, e)
+	var reports reportFlags
+	fs.Var(&reports, "report", "gremlins JSON report of one package, as NAME=FILE or FILE (repeat per package)")
+	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor; empty for none")
+	minEff := fs.Float64("min-efficacy", 0, "lowest passing test efficacy per package, in percent")
+	minCov := fs.Float64("min-coverage", 0, "lowest passing mutant coverage per package, in percent")
+	write := fs.Bool("write-baseline", false, "after a passing gate, raise the baseline file to this run's figures")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if len(reports) == 0 {
+		return usageError{"missing --report"}
+	}
+	if *write && *baselineFile == "" {
+		return usageError{"--write-baseline needs --baseline"}
+	}
+	var prs []mutation.PackageReport
+	for _, r := range reports {
+		rep, err := mutation.ReadReport(r.file)
+		if err != nil {
+			return err
+		}
+		prs = append(prs, mutation.PackageReport{Name: r.name, Report: rep})
+	}
+	opts := mutation.GateOptions{MinEfficacy: *minEff, MinCoverage: *minCov}
+	if *baselineFile != "" {
+		b, err := mutation.ReadBaseline(*baselineFile)
+		if err != nil {
+			return err
+		}
+		opts.Baseline = b
+	}
+	res := mutation.Gate(prs, opts)
+	printGate(e, res, opts)
+	if len(res.Failures) > 0 {
+		more := ""
+		if len(res.Failures) > 1 {
+			more = fmt.Sprintf(" (and %d more above)", len(res.Failures)-1)
+		}
+		return fmt.Errorf("gate failed: %s%s", res.Failures[0], more)
+	}
+	if *write {
+		raised := opts.Baseline.Raise(res.Packages)
+		if err := raised.Write(*baselineFile); err != nil {
+			return fmt.Errorf("write baseline: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "baseline %s raised to this run's figures\n", *baselineFile)
+	}
+	return nil
+}
+
+func printGate(e *env, res mutation.GateResult, opts mutation.GateOptions) {
+	pct := func(x float64) string { return fmt.Sprintf("%.2f%%", x) }
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PACKAGE\tEFFICACY\tCOVERAGE\tKILLED\tLIVED\tNOT COVERED\tTIMED OUT\tNOT VIABLE\tBASELINE")
+	row := func(name string, s mutation.Score, baseline string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", name, pct(s.Efficacy()), pct(s.Coverage()),
+			s.Killed, s.Lived, s.NotCovered, s.TimedOut, s.NotViable, baseline)
+	}
+	for _, p := range res.Packages {
+		baseline := "-"
+		if b, ok := opts.Baseline[p.Name]; ok {
+			baseline = pct(b.Efficacy) + " / " + pct(b.Coverage)
+		}
+		row(p.Name, p.Score, baseline)
+	}
+	if len(res.Packages) > 1 {
+		row("total", res.Total, "")
+	}
+	tw.Flush()
+	fmt.Fprintf(e.stdout, "thresholds: efficacy %s, mutant coverage %s (a score equal to a threshold passes)\n", pct(opts.MinEfficacy), pct(opts.MinCoverage))
+	for _, p := range res.Packages {
+		for _, l := range p.Lived {
+			fmt.Fprintf(e.stdout, "LIVED        %s\n", l)
+		}
+		for _, l := range p.NotCovered {
+			fmt.Fprintf(e.stdout, "NOT COVERED  %s\n", l)
+		}
+	}
+	for _, f := range res.Failures {
+		fmt.Fprintf(e.stdout, "FAIL %s\n", f)
+	}
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/mutation"
+)
+
+// The fixture module of package mutation: guards that are killed, survive,
+// do not apply, do not build, and so on (see its guards/*.guards.json).
+var (
+	fixtureGuards = filepath.Join("..", "..", "mutation", "testdata", "fixture", "guards")
+	clampReport   = filepath.Join("..", "..", "mutation", "testdata", "gremlins", "clamp.json")
+	baselineFile  = filepath.Join("..", "..", "testdata", "mutation", "baseline.json")
+)
+
+// runMutation runs the mutation command in-process and returns what main
+// would: its output and exit code.
+func runMutation(ctx context.Context, t *testing.T, args ...string) (stdout, stderr string, code int, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &env{stdout: &out, stderr: &errb, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	err = mutationCommand().run(ctx, e, args)
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		code = 0
+	case errors.Is(err, errSilentUsage), errors.As(err, &ue):
+		code = 2
+	default:
+		code = 1
+	}
+	return out.String(), errb.String(), code, err
+}
+
+// Until main's commands() lists mutationCommand, the CLI does not know
+// the command; this test says so.
+func TestMutationCommandIsRegistered(t *testing.T) {
+	t.Parallel()
+	require.Contains(t, commandNames(), "mutation")
+	_, _, code := cli(t, nil, "mutation", "--help")
+	require.Zero(t, code)
+}
+
+func TestMutationGuardsFixture(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EveryOutcomeAndANonZeroExit", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code, err := runMutation(t.Context(), t, "guards",
+			"--manifest", filepath.Join(fixtureGuards, "outcomes.guards.json"))
+		require.Equal(t, 1, code, "stdout: %s\nstderr: %s", stdout, stderr)
+		require.EqualError(t, err, "6 of 7 guards not killed: fixture.floor-at-low (SURVIVED), fixture.snippet-missing (NOT_APPLIED), "+
+			"fixture.snippet-ambiguous (NOT_APPLIED), fixture.does-not-compile (BUILD_FAILED), fixture.no-such-test (NO_TESTS_RAN), "+
+			"fixture.test-already-fails (BASELINE_FAILED)")
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		require.Regexp(t, `^GUARD\s+OUTCOME\s+DURATION\s+DETAIL$`, lines[0])
+		require.Regexp(t, `^fixture.cap-at-high\s+KILLED\s+\S+s\s+failed: TestClampCapsAtHigh$`, lines[1])
+		require.Regexp(t, `^fixture.floor-at-low\s+SURVIVED\s`, lines[2])
+		require.Equal(t, "1 of 7 guards killed in", strings.Join(strings.Fields(lines[len(lines)-1])[:6], " "))
+		// One progress line per guard on stderr, with go test's output
+		// under each guard that was not killed.
+		require.Len(t, regexp.MustCompile(`(?m)^\[\d/7\] fixture\.\S+ [A-Z_]+ `).FindAllString(stderr, -1), 7, stderr)
+		require.Contains(t, stderr, "    | ok  \tdoublerun.test/fixture/clamp")
+	})
+
+	t.Run("OneKilledGuardPassesAsJSON", func(t *testing.T) {
+		t.Parallel()
+		stdout, _, code, err := runMutation(t.Context(), t, "guards", "--json",
+			"--manifest", filepath.Join(fixtureGuards, "*.guards.json"), "--guard", `^fixture\.cap-at-high$`)
+		require.NoError(t, err)
+		require.Zero(t, code)
+		var out struct {
+			Passed bool
+			Guards []mutation.GuardResult
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
+		require.True(t, out.Passed)
+		require.Len(t, out.Guards, 1)
+		require.Equal(t, mutation.Killed, out.Guards[0].Outcome)
+		require.Positive(t, out.Guards[0].Seconds)
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			args []string
+			code int
+			err  string
+		}{
+			{nil, 2, "missing subcommand: guards or gate"},
+			{[]string{"run"}, 2, `unknown subcommand "run": use guards or gate`},
+			{[]string{"guards", "--manifest", "nowhere/*.guards.json"}, 1, `no guard manifest matches "nowhere/*.guards.json"`},
+			{[]string{"guards", "--parallel", "0"}, 2, "--parallel must be at least 1"},
+			{[]string{"guards", "--manifest", filepath.Join(fixtureGuards, "*.json"), "--guard", "^nope$"}, 1, `no guard id in`},
+			{[]string{"guards", "--guard", "("}, 2, `--guard "("`},
+		} {
+			_, _, code, err := runMutation(t.Context(), t, tc.args...)
+			require.Equal(t, tc.code, code, "%v: %v", tc.args, err)
+			require.ErrorContains(t, err, tc.err, "%v", tc.args)
+		}
+	})
+}
+
+// With --share-stack the command starts one stack and every guard's go
+// test reaches it through the external provider: the fixture's test passes
+// unmutated only if it does.
+func TestMutationGuardsShareOneStack(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code, err := runMutation(t.Context(), t, "guards", "--share-stack",
+		"--manifest", filepath.Join(fixtureGuards, "sharedstack.guards.json"))
+	require.NoError(t, err, "stdout: %s\nstderr: %s", stdout, stderr)
+	require.Zero(t, code)
+	require.Regexp(t, `(?m)^fixture.shared-stack\s+KILLED\s`, stdout)
+}
+
+// Ctrl-C (the command's context ending) stops the running go test, test
+// binary included, and removes every temporary file. Not parallel: it
+// sets TMPDIR for the process.
+func TestMutationGuardsInterruptLeavesNothingBehind(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	t.Setenv("FIXTURE_PIDFILE", pidfile)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type ret struct {
+		code int
+		err  error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		_, _, code, err := runMutation(ctx, t, "guards",
+			"--manifest", filepath.Join(fixtureGuards, "block.guards.json"))
+		done <- ret{code, err}
+	}()
+	pid := waitForFile(t, pidfile)
+	require.True(t, processAlive(pid))
+	cancel()
+	select {
+	case r := <-done:
+		require.Equal(t, 1, r.code)
+		require.EqualError(t, r.err, "interrupted after 0 of 1 guards; nothing was left behind")
+	case <-time.After(time.Minute):
+		t.Fatal("mutation guards did not return after its context ended")
+	}
+	require.False(t, processAlive(pid), "test binary %d outlived the interrupt", pid)
+	entries, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, entries, "left behind in TMPDIR")
+}
+
+func TestMutationGate(t *testing.T) {
+	t.Parallel()
+	// clamp.json: 6 killed, 6 lived, 2 not covered, 2 timed out; efficacy
+	// 50%, mutant coverage 12/14.
+	const coverage = "85.71428571428571"
+
+	t.Run("PrintsFiguresAndMutants", func(t *testing.T) {
+		t.Parallel()
+		stdout, _, code, err := runMutation(t.Context(), t, "gate", "--baseline", "", "--report", clampReport)
+		require.NoError(t, err)
+		require.Zero(t, code)
+		require.Regexp(t, `(?m)^clamp\s+50\.00%\s+85\.71%\s+6\s+6\s+2\s+2\s+0\s+-$`, stdout)
+		require.Contains(t, stdout, "LIVED        clamp/clamp.go:14:CONDITIONALS_BOUNDARY\n")
+		require.Contains(t, stdout, "NOT COVERED  clamp/clamp.go:55:ARITHMETIC_BASE\n")
+		require.Equal(t, 6, strings.Count(stdout, "\nLIVED "))
+		require.Equal(t, 2, strings.Count(stdout, "\nNOT COVERED "))
+	})
+	t.Run("EqualToThresholdPasses", func(t *testing.T) {
+		t.Parallel()
+		_, _, code, err := runMutation(t.Context(), t, "gate", "--baseline", "", "--report", "lease="+clampReport,
+			"--min-efficacy", "50", "--min-coverage", coverage)
+		require.NoError(t, err)
+		require.Zero(t, code)
+	})
+	t.Run("BelowThresholdFails", func(t *testing.T) {
+		t.Parallel()
+		stdout, _, code, err := runMutation(t.Context(), t, "gate", "--baseline", "", "--report", "lease="+clampReport,
+			"--report", "worker="+clampReport, "--min-efficacy", "75", "--min-coverage", "90")
+		require.Equal(t, 1, code)
+		require.EqualError(t, err, "gate failed: lease: efficacy 50.00% is below the threshold 75.00% (and 3 more above)")
+		require.Regexp(t, `(?m)^total\s+50\.00%\s+85\.71%\s+12\s+12\s+4\s+4\s+0\s*$`, stdout)
+		require.Contains(t, stdout, "FAIL worker: mutant coverage 85.71% is below the threshold 90.00%\n")
+		require.Contains(t, stdout, "LIVED        worker/clamp.go:19:CONDITIONALS_BOUNDARY\n")
+	})
+	t.Run("CommittedBaselineNeedsLeaseAndWorker", func(t *testing.T) {
+		t.Parallel()
+		_, _, code, err := runMutation(t.Context(), t, "gate", "--baseline", baselineFile, "--report", clampReport)
+		require.Equal(t, 1, code)
+		require.ErrorContains(t, err, "gate failed: lease: the baseline names it but no report covers it")
+	})
+	t.Run("WriteBaselineRaisesIt", func(t *testing.T) {
+		t.Parallel()
+		b := filepath.Join(t.TempDir(), "baseline.json")
+		zero := `{"lease":{"efficacy":0,"coverage":0},"worker":{"efficacy":0,"coverage":0}}`
+		require.NoError(t, os.WriteFile(b, []byte(zero), 0o644))
+		stdout, _, code, err := runMutation(t.Context(), t, "gate", "--baseline", b, "--write-baseline",
+			"--report", "lease="+clampReport, "--report", "worker="+clampReport)
+		require.NoError(t, err)
+		require.Zero(t, code)
+		require.Contains(t, stdout, "raised to this run's figures")
+		raised, err := mutation.ReadBaseline(b)
+		require.NoError(t, err)
+		require.Equal(t, mutation.Baseline{"lease": {Efficacy: 50, Coverage: 85.71}, "worker": {Efficacy: 50, Coverage: 85.71}}, raised)
+		// The same run passes against the raised baseline.
+		_, _, code, err = runMutation(t.Context(), t, "gate", "--baseline", b,
+			"--report", "lease="+clampReport, "--report", "worker="+clampReport)
+		require.NoError(t, err)
+		require.Zero(t, code)
+	})
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			args []string
+			code int
+			err  string
+		}{
+			{[]string{"gate"}, 2, "missing --report"},
+			{[]string{"gate", "--report", "=x.json"}, 2, "invalid flags"},
+			{[]string{"gate", "--report", clampReport, "--baseline", "", "--write-baseline"}, 2, "--write-baseline needs --baseline"},
+			{[]string{"gate", "--report", "missing.json", "--baseline", ""}, 1, "gremlins report missing.json does not exist"},
+		} {
+			_, _, code, err := runMutation(t.Context(), t, tc.args...)
+			require.Equal(t, tc.code, code, "%v: %v", tc.args, err)
+			require.ErrorContains(t, err, tc.err, "%v", tc.args)
+		}
+	})
+}
+
+func waitForFile(t *testing.T, file string) int {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if data, err := os.ReadFile(file); err == nil && len(data) > 0 {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+			require.NoError(t, err)
+			return pid
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no test binary wrote %s", file)
+	return 0
+}
+
+// processAlive reports whether pid is a live process; a zombie is not.
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
+}

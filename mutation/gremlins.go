@@ -1,0 +1,305 @@
+package mutation
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Report is the JSON file that `gremlins unleash --output FILE` writes, as
+// of gremlins v0.6.0 (internal/report/internal/structure.go there).
+type Report struct {
+	GoModule          string       `json:"go_module"`
+	Files             []ReportFile `json:"files"`
+	TestEfficacy      float64      `json:"test_efficacy"`
+	MutationsCoverage float64      `json:"mutations_coverage"`
+	// MutantsTotal is killed + lived + not viable, not every mutant.
+	MutantsTotal      int     `json:"mutants_total"`
+	MutantsKilled     int     `json:"mutants_killed"`
+	MutantsLived      int     `json:"mutants_lived"`
+	MutantsNotViable  int     `json:"mutants_not_viable"`
+	MutantsNotCovered int     `json:"mutants_not_covered"`
+	ElapsedTime       float64 `json:"elapsed_time"`
+}
+
+// ReportFile is one source file's mutants. FileName is relative to the
+// directory gremlins was pointed at (for `unleash ./lease`, "advisory.go").
+type ReportFile struct {
+	FileName  string     `json:"file_name"`
+	Mutations []Mutation `json:"mutations"`
+}
+
+// Mutation is one mutant.
+type Mutation struct {
+	Type   string `json:"type"`
+	Status string `json:"status"`
+	Line   int    `json:"line"`
+	Column int    `json:"column"`
+}
+
+// The mutant statuses gremlins v0.6.0 writes.
+const (
+	StatusKilled     = "KILLED"
+	StatusLived      = "LIVED"
+	StatusNotCovered = "NOT COVERED"
+	StatusTimedOut   = "TIMED OUT"
+	StatusNotViable  = "NOT VIABLE"
+	StatusSkipped    = "SKIPPED"
+	StatusRunnable   = "RUNNABLE"
+)
+
+// ReadReport reads and checks a gremlins report: the counts it states must
+// agree with its list of mutants, so a truncated or hand-edited file is
+// refused rather than scored.
+func ReadReport(file string) (Report, error) {
+	data, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return Report{}, fmt.Errorf("gremlins report %s does not exist; gremlins writes none when it is interrupted or finds no mutants, so run it again (mutation/run.sh)", file)
+	}
+	if err != nil {
+		return Report{}, err
+	}
+	var r Report
+	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&r); err != nil {
+		return Report{}, fmt.Errorf("%s is not a gremlins JSON report: %w", file, err)
+	}
+	s := r.count()
+	if s.Killed != r.MutantsKilled || s.Lived != r.MutantsLived || s.NotCovered != r.MutantsNotCovered || s.NotViable != r.MutantsNotViable {
+		return Report{}, fmt.Errorf("%s is inconsistent: it lists %d killed, %d lived, %d not covered and %d not viable mutants but states %d, %d, %d and %d; regenerate it",
+			file, s.Killed, s.Lived, s.NotCovered, s.NotViable, r.MutantsKilled, r.MutantsLived, r.MutantsNotCovered, r.MutantsNotViable)
+	}
+	if s.Runnable > 0 {
+		return Report{}, fmt.Errorf("%s comes from a dry run (%d mutants RUNNABLE); run gremlins without --dry-run", file, s.Runnable)
+	}
+	if math.Abs(s.Efficacy()-r.TestEfficacy) > 1e-6 || math.Abs(s.Coverage()-r.MutationsCoverage) > 1e-6 {
+		return Report{}, fmt.Errorf("%s states efficacy %.4f%% and coverage %.4f%% but its mutants give %.4f%% and %.4f%%; is it from gremlins v0.6.0?",
+			file, r.TestEfficacy, r.MutationsCoverage, s.Efficacy(), s.Coverage())
+	}
+	return r, nil
+}
+
+// Score is the tally of one package's mutants.
+type Score struct {
+	Killed, Lived, NotCovered, TimedOut, NotViable, Skipped, Runnable int
+}
+
+// Efficacy is gremlins' test efficacy: killed over killed + lived, in
+// percent; 0 when nothing was killed.
+func (s Score) Efficacy() float64 {
+	if s.Killed == 0 {
+		return 0
+	}
+	return float64(s.Killed) / float64(s.Killed+s.Lived) * 100
+}
+
+// Coverage is gremlins' mutant coverage: killed + lived over killed +
+// lived + not covered, in percent. Timed-out and not-viable mutants count
+// in neither, as in gremlins.
+func (s Score) Coverage() float64 {
+	if s.Killed+s.Lived == 0 {
+		return 0
+	}
+	return float64(s.Killed+s.Lived) / float64(s.Killed+s.Lived+s.NotCovered) * 100
+}
+
+func (s Score) add(o Score) Score {
+	return Score{s.Killed + o.Killed, s.Lived + o.Lived, s.NotCovered + o.NotCovered, s.TimedOut + o.TimedOut, s.NotViable + o.NotViable, s.Skipped + o.Skipped, s.Runnable + o.Runnable}
+}
+
+func (r Report) count() Score {
+	var s Score
+	for _, f := range r.Files {
+		for _, m := range f.Mutations {
+			switch m.Status {
+			case StatusKilled:
+				s.Killed++
+			case StatusLived:
+				s.Lived++
+			case StatusNotCovered:
+				s.NotCovered++
+			case StatusTimedOut:
+				s.TimedOut++
+			case StatusNotViable:
+				s.NotViable++
+			case StatusSkipped:
+				s.Skipped++
+			case StatusRunnable:
+				s.Runnable++
+			}
+		}
+	}
+	return s
+}
+
+// Figures are a package's two gate scores, in percent.
+type Figures struct {
+	Efficacy float64 `json:"efficacy"`
+	Coverage float64 `json:"coverage"`
+}
+
+// Baseline is the committed floor per package
+// (testdata/mutation/baseline.json): a package's scores may rise, never
+// fall below it.
+type Baseline map[string]Figures
+
+// ReadBaseline reads a baseline file.
+func ReadBaseline(file string) (Baseline, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var b Baseline
+	if err := dec.Decode(&b); err != nil {
+		return nil, fmt.Errorf("baseline %s: %w", file, err)
+	}
+	return b, nil
+}
+
+// Write writes the baseline as indented JSON.
+func (b Baseline) Write(file string) error {
+	data, err := json.MarshalIndent(b, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(data, '\n'), 0o644)
+}
+
+// Raise returns b with each measured package's figures raised to the
+// measured ones, rounded down to two decimals so that the same run passes
+// again. It never lowers a figure: lowering the floor is a decision to
+// make by hand, in review.
+func (b Baseline) Raise(measured []PackageResult) Baseline {
+	out := Baseline{}
+	for k, v := range b {
+		out[k] = v
+	}
+	for _, p := range measured {
+		f := out[p.Name]
+		f.Efficacy = max(f.Efficacy, floor2(p.Score.Efficacy()))
+		f.Coverage = max(f.Coverage, floor2(p.Score.Coverage()))
+		out[p.Name] = f
+	}
+	return out
+}
+
+func floor2(x float64) float64 { return math.Floor(x*100) / 100 }
+
+// PackageReport names a gremlins report by the package directory it
+// covers, relative to the module root ("lease").
+type PackageReport struct {
+	Name   string
+	Report Report
+}
+
+// GateOptions are the gate's thresholds, in percent. A score equal to a
+// threshold or to the baseline passes.
+type GateOptions struct {
+	MinEfficacy, MinCoverage float64
+	// Baseline, if not nil, is the committed floor. A package it names
+	// must have a report.
+	Baseline Baseline
+}
+
+// PackageResult is one package's figures and the mutants that count
+// against them.
+type PackageResult struct {
+	Name  string
+	Score Score
+	// Lived and NotCovered are file:line:type, with the file relative to
+	// the module root, sorted.
+	Lived, NotCovered []string
+}
+
+// GateResult is the gate's verdict.
+type GateResult struct {
+	Packages []PackageResult
+	Total    Score
+	// Failures says, one line each, why the gate fails; empty when it
+	// passes.
+	Failures []string
+}
+
+// tolerance absorbs float rounding, so that a figure written to the
+// baseline and read back compares as equal.
+const tolerance = 1e-9
+
+// Gate scores each package and checks it against the thresholds and the
+// baseline.
+func Gate(reports []PackageReport, opts GateOptions) GateResult {
+	var res GateResult
+	seen := map[string]bool{}
+	for _, pr := range reports {
+		p := PackageResult{
+			Name:       pr.Name,
+			Score:      pr.Report.count(),
+			Lived:      locations(pr.Name, pr.Report.Files, StatusLived),
+			NotCovered: locations(pr.Name, pr.Report.Files, StatusNotCovered),
+		}
+		res.Packages = append(res.Packages, p)
+		res.Total = res.Total.add(p.Score)
+		if seen[p.Name] {
+			res.Failures = append(res.Failures, fmt.Sprintf("%s: two reports for one package", p.Name))
+		}
+		seen[p.Name] = true
+
+		check := func(what string, got, floor float64, source string) {
+			if got+tolerance < floor {
+				g, f := fmt.Sprintf("%.2f", got), fmt.Sprintf("%.2f", floor)
+				if g == f {
+					g, f = fmt.Sprintf("%.4f", got), fmt.Sprintf("%.4f", floor)
+				}
+				res.Failures = append(res.Failures, fmt.Sprintf("%s: %s %s%% is below %s %s%%", p.Name, what, g, source, f))
+			}
+		}
+		check("efficacy", p.Score.Efficacy(), opts.MinEfficacy, "the threshold")
+		check("mutant coverage", p.Score.Coverage(), opts.MinCoverage, "the threshold")
+		if b, ok := opts.Baseline[p.Name]; ok {
+			check("efficacy", p.Score.Efficacy(), b.Efficacy, "the baseline")
+			check("mutant coverage", p.Score.Coverage(), b.Coverage, "the baseline")
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(opts.Baseline)) {
+		if !seen[name] {
+			res.Failures = append(res.Failures, fmt.Sprintf("%s: the baseline names it but no report covers it; run gremlins on ./%s", name, name))
+		}
+	}
+	return res
+}
+
+type loc struct {
+	file string
+	line int
+	typ  string
+}
+
+// locations returns the mutants of f with the given status as
+// file:line:type, sorted by file and line.
+func locations(name string, files []ReportFile, status string) []string {
+	var ls []loc
+	for _, f := range files {
+		for _, m := range f.Mutations {
+			if m.Status == status {
+				ls = append(ls, loc{path.Join(name, filepath.ToSlash(f.FileName)), m.Line, m.Type})
+			}
+		}
+	}
+	slices.SortFunc(ls, func(a, b loc) int {
+		return cmp.Or(strings.Compare(a.file, b.file), cmp.Compare(a.line, b.line), strings.Compare(a.typ, b.typ))
+	})
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = fmt.Sprintf("%s:%d:%s", l.file, l.line, l.typ)
+	}
+	return out
+}

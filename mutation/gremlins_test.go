@@ -1,0 +1,182 @@
+package mutation
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// testdata/gremlins/clamp.json is what gremlins v0.6.0 wrote for the
+// fixture's clamp package (testdata/gremlins/capture.sh). It printed
+// "Killed: 6, Lived: 6, Not covered: 2 / Timed out: 2, Not viable: 0 /
+// Test efficacy: 50.00% / Mutator coverage: 85.71%".
+func readClamp(t *testing.T) Report {
+	t.Helper()
+	r, err := ReadReport(filepath.Join("testdata", "gremlins", "clamp.json"))
+	require.NoError(t, err)
+	return r
+}
+
+func TestReadReport(t *testing.T) {
+	t.Parallel()
+	r := readClamp(t)
+	s := r.count()
+	require.Equal(t, Score{Killed: 6, Lived: 6, NotCovered: 2, TimedOut: 2}, s)
+	require.Equal(t, 50.0, s.Efficacy())
+	require.InDelta(t, 85.71, s.Coverage(), 0.005)
+	require.Equal(t, r.MutationsCoverage, s.Coverage(), "same formula as gremlins, to the bit")
+	require.Equal(t, "doublerun.test/fixture", r.GoModule)
+
+	t.Run("Missing", func(t *testing.T) {
+		t.Parallel()
+		_, err := ReadReport(filepath.Join(t.TempDir(), "lease.json"))
+		require.ErrorContains(t, err, "does not exist; gremlins writes none when it is interrupted")
+	})
+	t.Run("DryRunIsRefused", func(t *testing.T) {
+		t.Parallel()
+		_, err := ReadReport(filepath.Join("testdata", "gremlins", "clamp-dry-run.json"))
+		require.ErrorContains(t, err, "comes from a dry run")
+	})
+	t.Run("InconsistentIsRefused", func(t *testing.T) {
+		t.Parallel()
+		edited := r
+		edited.Files = []ReportFile{{FileName: r.Files[0].FileName, Mutations: append([]Mutation(nil), r.Files[0].Mutations...)}}
+		for i, m := range edited.Files[0].Mutations {
+			if m.Status == StatusLived {
+				edited.Files[0].Mutations[i].Status = StatusKilled
+				break
+			}
+		}
+		_, err := ReadReport(writeJSON(t, edited))
+		require.ErrorContains(t, err, "is inconsistent: it lists 7 killed, 5 lived")
+	})
+	t.Run("NotJSON", func(t *testing.T) {
+		t.Parallel()
+		f := filepath.Join(t.TempDir(), "r.json")
+		require.NoError(t, os.WriteFile(f, []byte("Killed: 5"), 0o644))
+		_, err := ReadReport(f)
+		require.ErrorContains(t, err, "is not a gremlins JSON report")
+	})
+}
+
+// testdata/gremlins/lease-first-run.json is the first full run on lease
+// (mutation/run.sh with MUTATION_PACKAGES=lease and the native provider,
+// 30m43s): "Killed: 89, Lived: 14, Not covered: 14 / Timed out: 0 / Test
+// efficacy: 86.41% / Mutator coverage: 88.03%". Its line numbers belong to
+// the lease code of that day. 89/103 is 86.4078%, which gremlins prints as
+// 86.41%; the baseline floor of that run is 86.40.
+func TestReadRealLeaseReport(t *testing.T) {
+	t.Parallel()
+	r, err := ReadReport(filepath.Join("testdata", "gremlins", "lease-first-run.json"))
+	require.NoError(t, err)
+	require.Equal(t, "github.com/doublerun/doublerun", r.GoModule)
+	res := Gate([]PackageReport{{"lease", r}}, GateOptions{MinEfficacy: 86.40, MinCoverage: 88.03})
+	require.Empty(t, res.Failures)
+	p := res.Packages[0]
+	require.Equal(t, Score{Killed: 89, Lived: 14, NotCovered: 14}, p.Score)
+	require.Len(t, p.Lived, 14)
+	require.Equal(t, "lease/advisory.go:91:CONDITIONALS_BOUNDARY", p.Lived[0])
+	require.Len(t, p.NotCovered, 14)
+}
+
+func TestGate(t *testing.T) {
+	t.Parallel()
+	r := readClamp(t)
+	reports := []PackageReport{{Name: "clamp", Report: r}}
+
+	res := Gate(reports, GateOptions{})
+	require.Empty(t, res.Failures)
+	require.Len(t, res.Packages, 1)
+	p := res.Packages[0]
+	// Sorted by line; two mutants of one line (different columns) are
+	// two entries.
+	require.Equal(t, []string{
+		"clamp/clamp.go:14:CONDITIONALS_BOUNDARY",
+		"clamp/clamp.go:19:CONDITIONALS_BOUNDARY",
+		"clamp/clamp.go:60:CONDITIONALS_NEGATION",
+		"clamp/clamp.go:64:CONDITIONALS_NEGATION",
+		"clamp/clamp.go:65:ARITHMETIC_BASE",
+		"clamp/clamp.go:65:ARITHMETIC_BASE",
+	}, p.Lived)
+	require.Equal(t, []string{"clamp/clamp.go:52:CONDITIONALS_NEGATION", "clamp/clamp.go:55:ARITHMETIC_BASE"}, p.NotCovered)
+	require.Equal(t, p.Score, res.Total)
+
+	for _, tc := range []struct {
+		name string
+		opts GateOptions
+		want []string
+	}{
+		// gremlins fails a score equal to its threshold; the gate does not.
+		{"EqualToThresholdsPasses", GateOptions{MinEfficacy: 50, MinCoverage: r.MutationsCoverage}, nil},
+		{"EqualToBaselinePasses", GateOptions{Baseline: Baseline{"clamp": {Efficacy: 50, Coverage: r.MutationsCoverage}}}, nil},
+		{"BaselineRoundedDownPasses", GateOptions{Baseline: Baseline{"clamp": {Efficacy: 50, Coverage: 85.71}}}, nil},
+		{"BelowEfficacyThreshold", GateOptions{MinEfficacy: 50.01}, []string{"clamp: efficacy 50.00% is below the threshold 50.01%"}},
+		{"BelowCoverageThresholdByLessThanARoundedDigit", GateOptions{MinCoverage: 85.7145}, []string{"clamp: mutant coverage 85.7143% is below the threshold 85.7145%"}},
+		{"BelowBaseline", GateOptions{Baseline: Baseline{"clamp": {Efficacy: 80, Coverage: 90}}}, []string{
+			"clamp: efficacy 50.00% is below the baseline 80.00%",
+			"clamp: mutant coverage 85.71% is below the baseline 90.00%",
+		}},
+		{"BaselinePackageWithoutReport", GateOptions{Baseline: Baseline{"clamp": {}, "worker": {}}}, []string{
+			"worker: the baseline names it but no report covers it; run gremlins on ./worker",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, Gate(reports, tc.opts).Failures)
+		})
+	}
+
+	t.Run("TotalsAddUp", func(t *testing.T) {
+		t.Parallel()
+		res := Gate([]PackageReport{{"lease", r}, {"worker", r}}, GateOptions{})
+		require.Equal(t, Score{Killed: 12, Lived: 12, NotCovered: 4, TimedOut: 4}, res.Total)
+		require.Equal(t, "worker/clamp.go:14:CONDITIONALS_BOUNDARY", res.Packages[1].Lived[0])
+	})
+	t.Run("TwoReportsForOnePackage", func(t *testing.T) {
+		t.Parallel()
+		res := Gate([]PackageReport{{"lease", r}, {"lease", r}}, GateOptions{})
+		require.Equal(t, []string{"lease: two reports for one package"}, res.Failures)
+	})
+}
+
+func TestBaselineRaiseNeverLowers(t *testing.T) {
+	t.Parallel()
+	r := readClamp(t)
+	measured := Gate([]PackageReport{{"lease", r}, {"worker", r}}, GateOptions{}).Packages
+	b := Baseline{"lease": {Efficacy: 0, Coverage: 0}, "worker": {Efficacy: 90, Coverage: 10}, "other": {Efficacy: 1, Coverage: 1}}
+	got := b.Raise(measured)
+	require.Equal(t, Baseline{
+		"lease":  {Efficacy: 50, Coverage: 85.71},
+		"worker": {Efficacy: 90, Coverage: 85.71},
+		"other":  {Efficacy: 1, Coverage: 1},
+	}, got)
+	require.Equal(t, Figures{}, b["lease"], "Raise does not modify its receiver")
+
+	f := filepath.Join(t.TempDir(), "baseline.json")
+	require.NoError(t, got.Write(f))
+	back, err := ReadBaseline(f)
+	require.NoError(t, err)
+	require.Equal(t, got, back)
+	require.Empty(t, Gate([]PackageReport{{"lease", r}}, GateOptions{Baseline: Baseline{"lease": back["lease"]}}).Failures,
+		"a raised baseline passes the run it came from")
+}
+
+func TestCommittedBaselineParses(t *testing.T) {
+	t.Parallel()
+	b, err := ReadBaseline(filepath.Join("..", "testdata", "mutation", "baseline.json"))
+	require.NoError(t, err)
+	require.Contains(t, b, "lease")
+	require.Contains(t, b, "worker")
+}
+
+func writeJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	f := filepath.Join(t.TempDir(), "report.json")
+	require.NoError(t, os.WriteFile(f, data, 0o644))
+	return f
+}

@@ -1,0 +1,168 @@
+package mutation
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The fixture module under testdata/fixture is a module of its own (the go
+// tool ignores testdata directories), so these tests run real go test
+// processes in it, with real overlays.
+func fixtureGuards(t *testing.T, manifest string) []Guard {
+	t.Helper()
+	guards, err := LoadManifests(filepath.Join("testdata", "fixture", "guards", manifest))
+	require.NoError(t, err)
+	return guards
+}
+
+func TestRunGuardsOutcomes(t *testing.T) {
+	t.Parallel()
+	guards := fixtureGuards(t, "outcomes.guards.json")
+	clamp := filepath.Join("testdata", "fixture", "clamp", "clamp.go")
+	before, err := os.ReadFile(clamp)
+	require.NoError(t, err)
+	tmp := t.TempDir()
+
+	var mu sync.Mutex
+	var progressed []int
+	results, err := RunGuards(t.Context(), guards, GuardOptions{
+		TempDir: tmp,
+		Env:     []string{"TMPDIR=" + tmp},
+		Progress: func(i int, r GuardResult) {
+			mu.Lock()
+			defer mu.Unlock()
+			progressed = append(progressed, i)
+			require.Equal(t, guards[i].ID, r.ID)
+		},
+	})
+	require.NoError(t, err)
+
+	want := map[string]struct {
+		outcome Outcome
+		detail  string
+	}{
+		"fixture.cap-at-high":       {Killed, "failed: TestClampCapsAtHigh"},
+		"fixture.floor-at-low":      {Survived, "tests passed"},
+		"fixture.snippet-missing":   {NotApplied, "snippet not found in clamp/clamp.go"},
+		"fixture.snippet-ambiguous": {NotApplied, "snippet occurs more than once in clamp/clamp.go"},
+		// The compiler's message names the real file, not the overlay.
+		"fixture.does-not-compile":   {BuildFailed, "build failed: clamp/clamp.go:14:9: undefined: undefinedName"},
+		"fixture.no-such-test":       {NoTestsRan, "without the mutant, the run pattern matches no test"},
+		"fixture.test-already-fails": {BaselineFailed, "without the mutant, failed: TestKnownBroken"},
+	}
+	require.Len(t, results, len(want))
+	for _, r := range results {
+		w, ok := want[r.ID]
+		require.True(t, ok, r.ID)
+		require.Equal(t, w.outcome, r.Outcome, "%s: %s\n%s", r.ID, r.Detail, r.Output)
+		require.Contains(t, r.Detail, w.detail, r.ID)
+		require.Equal(t, r.Outcome == Killed, r.Passed())
+		require.Positive(t, r.Duration)
+		if r.Outcome == Killed || r.Outcome == NotApplied {
+			require.Empty(t, r.Output, r.ID)
+		} else {
+			require.NotEmpty(t, r.Output, "%s keeps go test's output for diagnosis", r.ID)
+		}
+	}
+	require.Len(t, progressed, len(guards))
+
+	after, err := os.ReadFile(clamp)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "the working tree is never written")
+	assertEmptyDir(t, tmp)
+}
+
+func TestRunGuardsTimesOut(t *testing.T) {
+	t.Parallel()
+	guards := fixtureGuards(t, "timeout.guards.json")
+	start := time.Now()
+	results, err := RunGuards(t.Context(), guards, GuardOptions{Timeout: 8 * time.Second, KillGrace: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, TimedOut, results[0].Outcome, "%s\n%s", results[0].Detail, results[0].Output)
+	require.Less(t, time.Since(start), 30*time.Second)
+}
+
+// Cancelling RunGuards while a test binary runs kills the whole process
+// group and removes every temporary file.
+func TestRunGuardsCancelLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	guards := fixtureGuards(t, "block.guards.json")
+	tmp := t.TempDir()
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	type ret struct {
+		results []GuardResult
+		err     error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		r, err := RunGuards(ctx, guards, GuardOptions{
+			TempDir:   tmp,
+			Env:       []string{"TMPDIR=" + tmp, "FIXTURE_PIDFILE=" + pidfile},
+			KillGrace: 2 * time.Second,
+		})
+		done <- ret{r, err}
+	}()
+	pid := waitForPID(t, pidfile)
+	require.True(t, alive(pid), "test binary %d is running", pid)
+	cancel()
+	cancelled := time.Now()
+	select {
+	case r := <-done:
+		t.Logf("RunGuards returned %s after cancel", time.Since(cancelled))
+		require.ErrorIs(t, r.err, context.Canceled)
+		require.Empty(t, r.results[0].Outcome, "an interrupted guard has no verdict")
+	case <-time.After(time.Minute):
+		t.Fatal("RunGuards did not return after cancel")
+	}
+	require.False(t, alive(pid), "test binary %d outlived the cancel", pid)
+	assertEmptyDir(t, tmp)
+}
+
+func waitForPID(t *testing.T, file string) int {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if data, err := os.ReadFile(file); err == nil && len(data) > 0 {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+			require.NoError(t, err)
+			return pid
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no test binary wrote %s", file)
+	return 0
+}
+
+// alive reports whether pid is a live process; a zombie is not.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+func assertEmptyDir(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.Empty(t, names, "left behind in %s", dir)
+}
