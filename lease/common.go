@@ -75,11 +75,13 @@ func quoteTable(name string) (string, error) {
 
 // createTable runs a CREATE TABLE IF NOT EXISTS. Two replicas migrating at
 // once can both pass the IF NOT EXISTS test and one then fails on the
-// catalog's unique index; the table exists either way, so that is success.
+// catalog's unique index (23505), on the relation (42P07) or on the table's
+// row type (42710, seen when two advisory replicas start together); the
+// table exists either way, so that is success.
 func createTable(ctx context.Context, db Execer, ddl string) error {
 	_, err := db.Exec(ctx, ddl)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07") {
+	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710") {
 		return nil
 	}
 	return err
