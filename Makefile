@@ -8,7 +8,7 @@ PKGS     ?= ./...
 STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build test test-stack images stack lint repro-556 mutation mutation-guards
+.PHONY: all build test test-stack images stack lint repro-556 mutation mutation-guards chaos repro-backend-loss repro-paused-holder
 
 all: lint build test
 
@@ -31,6 +31,17 @@ images:
 ## stack: start a stack and print export lines for the external provider.
 stack:
 	$(GO) run ./cmd/doublerun stack up
+
+## chaos: the fault matrix on PgBouncer transaction pooling
+## (CHAOS_TOPOLOGIES=direct,session,transaction,pinned for more).
+chaos:
+	$(GO) run ./cmd/doublerun chaos --out reports/chaos
+
+REPRO_COUNT ?= 20
+## repro-NAME: loop a limitation found by the chaos matrix (REPRO_COUNT runs
+## at most) until it shows; prints Successful reproduction or Failed to reproduce.
+repro-backend-loss repro-paused-holder:
+	GO=$(GO) bash chaos/run.sh repro $(@:repro-%=%) $(REPRO_COUNT)
 
 ## repro-556: reproduce issue #556 (two leaders through transaction pooling)
 ## and check its fixes; exits 0 only on "Successful reproduction".

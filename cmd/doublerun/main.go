@@ -49,6 +49,7 @@ func commands() []command {
 		listCommand(),
 		runCommand(),
 		reproCommand(),
+		chaosCommand(),
 		stackCommand(),
 		mutationCommand(),
 		versionCommand(),

@@ -1,0 +1,262 @@
+// Package chaos is doublerun's fault catalog and the matrix that runs every
+// fault against every strategy and topology, in the style of etcd's
+// robustness tests.
+//
+// Importing the package registers every fault with
+// scenarios.RegisterFault, so `doublerun run`, a [scenarios.Scenario] and
+// the matrix can name them. Each fault is an exported value on an
+// unexported type, named ACTION_TARGET, with Name, Available and Inject
+// (which also undoes the fault before it returns) and, where it needs
+// longer than the runner's minute, Timeout.
+//
+// # The catalog
+//
+//	fault                     what Inject does                                    applies to
+//	TERMINATE_LEADER_BACKEND  pg_terminate_backend of the leader's lease backend  advisory strategies
+//	KILL_LEADER               SIGKILL the leader (not restarted)                  all
+//	FREEZE_LEADER             SIGSTOP mid-work for Hold, then SIGCONT             all
+//	PARTITION_LEADER          blackhole the leader's proxies for Hold             all
+//	DELAY_LEADER              latency TTL/4 ± TTL/8 each way for Hold             all
+//	PGBOUNCER_PAUSE           PAUSE <run db> for Hold, then RESUME                through PgBouncer
+//	PGBOUNCER_KILL            KILL <run db>, then RESUME                          through PgBouncer
+//	PGBOUNCER_RECONNECT       RECONNECT <run db>                                  through PgBouncer
+//	PGBOUNCER_RESTART         stop and start the topology's PgBouncer(s)          through PgBouncer
+//	POSTGRES_RESTART          stop (fast shutdown) and start Postgres             all
+//	GRACEFUL_HANDOVER         SIGTERM the leader: it releases its lease and exits all
+//
+// [Hold] is the TTL plus half of it (3s for the default TTL of 2s): long
+// enough that a lease with a TTL has certainly expired, short enough that
+// the matrix stays fast. The admin-console faults are scoped to the run's
+// own database, on the work endpoint's bouncer, so they never touch
+// another run's pools. PGBOUNCER_RESTART restarts the bouncer of the
+// topology; on pinned it stops the lease's session bouncer and the work's
+// transaction bouncer together and starts them together, as one PgBouncer
+// serving both pools (the usual pinned deployment, see package lease)
+// would be restarted. TERMINATE_LEADER_BACKEND kills the backend PID the
+// leader reports (Replica.LeaseBackendPID) or, when it reports none, the
+// backend holding advisory lock (271, 1) in the run's database, found in
+// pg_locks.
+//
+// # When a fault strikes
+//
+// Every fault waits, for at most 5s, until the leader has just begun a
+// piece of work (the oracle shows it open, begun within a quarter of
+// Scenario.Work), and strikes then; FREEZE_LEADER checks after SIGSTOP
+// that the piece is still in its first half, before its write. A lease learns that it lost its backend,
+// its bouncer or its connection only at its next poll, so this is the
+// moment a fault can do the most harm, and the moment at which a cell's
+// answer repeats: struck at a random moment, the same cell showed a
+// double-run in some runs and none in others. The runner logs its fault
+// event before Inject, so the failover latency in a report includes this
+// wait (at most one cycle, about 300ms); the chaos events, kind
+// [EventChaos], mark the moment each step really took hold.
+//
+// # Partitions
+//
+// PARTITION_LEADER adds toxiproxy's timeout toxic with timeout 0 to both
+// directions of every proxy between the leader and its endpoints. It does
+// not stop the proxies: Proxy.Stop closes every open connection, which is a
+// crash, not a partition. So:
+//
+//   - Open connections stay open, and every byte on them is dropped.
+//     Neither end is told: the server keeps the leader's backend, and its
+//     advisory lock, for as long as the partition lasts.
+//     TestPartitionLeader shows it.
+//   - New connections are accepted by the proxy and then hear nothing.
+//   - A client that gives up and closes its socket still closes the
+//     upstream connection: toxiproxy passes a close through the blackhole,
+//     so the server does learn of that one, unlike in a real partition.
+//     pgx, though, closes a connection whose query timed out only after
+//     its cancel request (itself blackholed) gives up.
+//   - Healing removes the toxics, and toxiproxy then closes every
+//     connection that lived through the partition: their byte streams lost
+//     data and cannot resume. Their backends end and an advisory lock held
+//     on one is freed. This is where a real partition would differ most: a
+//     short one heals before TCP gives up and the connections carry on.
+//
+// The oracle's own connections are direct and never partitioned, so a
+// partitioned leader's work still shows on the timeline, as it would on
+// the leader's own clock.
+//
+// # The matrix
+//
+// [Matrix] returns a cell per strategy, topology and fault (and no fault),
+// named strategy/topology/FAULT, with its expectation from the table
+// below, which is the only place expectations live (matrix.go holds it as
+// data; TestDocTableIsCurrent keeps this rendering of it in step).
+// Transaction and pinned use a transaction pool of one backend. Each cell
+// is measured for [CellDuration]: the fault comes at a third, and what is
+// left holds the fault and a TTL and a second after it. [RunMatrix] runs
+// cells one at a time (a Postgres restart touches every run on the stack),
+// checks after each that every server still answers and starts again any
+// that does not, and runs a cell again once when it could not run or a
+// replica failed on its own; its Notes say so.
+//
+//	safe        no double-run and no accepted stale write
+//	reproduces  a double-run must appear (a known limitation)
+//	fenced      double-runs allowed, no accepted stale write
+//	-           the fault does not apply
+//
+// The expectations come from two full runs of the matrix on every topology
+// (native provider, PgBouncer 1.18, PostgreSQL 15, a busy 2-core machine)
+// and single cells run again where they surprised. The rule: reproduces
+// where every run showed a double-run; safe where none ever did and there
+// is no way for one to appear; fenced where some runs did and some did not,
+// or where the lease's TTL is what the fault plays on.
+//
+//	DIRECT                    advisory            advisory-unguarded  fenced
+//	none                      safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe
+//	FREEZE_LEADER             safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                fenced
+//	DELAY_LEADER              safe                safe                fenced
+//	PGBOUNCER_PAUSE           -                   -                   -
+//	PGBOUNCER_KILL            -                   -                   -
+//	PGBOUNCER_RECONNECT       -                   -                   -
+//	PGBOUNCER_RESTART         -                   -                   -
+//	POSTGRES_RESTART          fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe
+//	SESSION                   advisory            advisory-unguarded  fenced
+//	none                      safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe
+//	FREEZE_LEADER             safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                fenced
+//	DELAY_LEADER              safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                safe
+//	PGBOUNCER_KILL            fenced              fenced              safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe
+//	TRANSACTION               advisory            advisory-unguarded  fenced
+//	none                      reproduces          reproduces          safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
+//	KILL_LEADER               reproduces          reproduces          safe
+//	FREEZE_LEADER             reproduces          reproduces          fenced
+//	PARTITION_LEADER          reproduces          reproduces          fenced
+//	DELAY_LEADER              reproduces          reproduces          fenced
+//	PGBOUNCER_PAUSE           reproduces          reproduces          fenced
+//	PGBOUNCER_KILL            reproduces          reproduces          safe
+//	PGBOUNCER_RECONNECT       reproduces          reproduces          safe
+//	PGBOUNCER_RESTART         reproduces          reproduces          safe
+//	POSTGRES_RESTART          reproduces          reproduces          fenced
+//	GRACEFUL_HANDOVER         reproduces          reproduces          safe
+//	PINNED                    advisory            advisory-unguarded  fenced
+//	none                      safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe
+//	FREEZE_LEADER             safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                fenced
+//	DELAY_LEADER              safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                fenced
+//	PGBOUNCER_KILL            safe                safe                safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe
+//
+// # Findings
+//
+// Numbers are from those runs; "dr" is the double-run window, Work is
+// 200ms, the poll interval 100ms, the TTL 2s.
+//
+//  1. Losing the lease's backend mid-work gives a double-run on every
+//     topology, pinned included (TERMINATE_LEADER_BACKEND: dr 125ms direct,
+//     155ms session, 138ms pinned for advisory; 150, 134 and 156ms
+//     unguarded; one episode each, every run once the fault struck
+//     mid-work). The lock dies with the backend at once; the old leader
+//     learns of it only at its next poll, after the rest of its piece; the
+//     follower takes the lock at its own next poll and starts working.
+//     The PID guard cannot help: it too runs at the next poll. The fence
+//     refused the old leader's late write every time (1 rejected, 0
+//     accepted). A lease that bounds its work by a deadline it checks (the
+//     fenced lease's Deadline) narrows this; only the fence closes it.
+//     make repro-backend-loss loops TestReproduceBackendLoss.
+//  2. The paused holder is real and the fence holds (FREEZE_LEADER on the
+//     fenced lease: dr 630 to 833ms in 3 or 4 episodes, exactly one
+//     rejected write, on every topology; once, in a race-detector run on a
+//     loaded machine, the leader was frozen after its write and nothing
+//     was rejected, so the fault now freezes only in the first half of a
+//     piece). The frozen leader's
+//     piece stays open through the 3s freeze; the follower takes the
+//     expired lease after the 2s TTL and works; the frozen one wakes and
+//     writes under its old token. make repro-paused-holder runs it without
+//     the fence, where the late write is accepted. The advisory lease
+//     shows no double-run: a frozen process keeps its connection, so it
+//     keeps its lock, and nobody leads meanwhile.
+//  3. A partition does not fail the advisory lease over at all: failover
+//     latency equals the partition's length (3.1s for a 3s partition,
+//     every topology), because the server keeps the lock on the
+//     partitioned leader's live backend until the heal closes it. The
+//     advisory lease's 5s probe timeout is longer than the partition.
+//     The fenced lease does fail over after its TTL (2.1 to 2.2s) and then
+//     overlaps the partitioned leader's open piece until the heal (dr 639
+//     to 696ms); that piece's write never arrives, so nothing is rejected.
+//  4. After a Postgres restart, PgBouncer 1.18 refuses the pool for
+//     server_login_retry (15s by default) when it tried to log in while
+//     Postgres was down ("server login has been failing, try again
+//     later"): measured for 30s, fenced/transaction/POSTGRES_RESTART did
+//     no leader work for 15.9s after a restart that took under 0.5s. A cell
+//     (5s) ends inside that window, so its leaderless figure is cut off;
+//     some of those cells also take about 18s instead of 6s, most of it
+//     after the measurement ends, likely waiting out the same lockout. The advisory cells showed a
+//     double-run in some runs (dr 83ms direct, 137ms session, 2.094s
+//     pinned; none in the other run of each): the old leader's piece hangs
+//     in a write the restart broke while the follower takes the freed lock.
+//     Hence fenced for POSTGRES_RESTART on every topology.
+//  5. A piece stuck in its write counts as leader work, so the leaderless
+//     window misses time during which nothing succeeded: in
+//     fenced/transaction/POSTGRES_RESTART the leader's last piece ran from
+//     just before the restart to the end of the run, 5.2s, with no write,
+//     and the report said leaderless 0s.
+//  6. PgBouncer 1.18 crashes on a cancel request whose client disconnects
+//     first: "FATAL @src/objects.c:1060 in function disconnect_client():
+//     bad client state: 0" (pgbouncer/pgbouncer#801; fix proposed in #846).
+//     pgx sends such cancel requests when a context ends mid-query. It
+//     happened during the teardown of advisory/session/PGBOUNCER_KILL in
+//     the first full run, before RunMatrix checked the stack between
+//     cells, and every later session and pinned cell failed. In the second
+//     run the session bouncer refused connections after
+//     advisory-unguarded/pinned/PGBOUNCER_RESTART (its log went with the
+//     stack, so the cause is not known); RunMatrix started it again.
+//  7. Two replicas starting the advisory lease at once can race creating
+//     its token table: "type doublerun_lease_tokens already exists
+//     (SQLSTATE 42710)" (CREATE TABLE IF NOT EXISTS is not safe against a
+//     concurrent one); one replica exits and the cell runs with one. It
+//     happened twice in about 330 cell runs. RunMatrix runs such a cell again.
+//  8. With the advisory lease, PGBOUNCER_RESTART and PGBOUNCER_KILL can
+//     overlap too, by the same mechanism as finding 1 but with less room:
+//     they also break the old leader's work connections, so its piece
+//     usually ends first (dr 63 and 21ms on pinned for RESTART, 10ms on
+//     session for KILL, in one run of two). Hence fenced there.
+//  9. PGBOUNCER_PAUSE never takes hold in session pooling while a client
+//     keeps its session, which the advisory and fenced leases do: PAUSE
+//     waits for every server connection to be released. RESUME, sent on
+//     another console connection, ends the pause, but PgBouncer never
+//     answers the waiting PAUSE, so the fault abandons it. On pinned the
+//     pause stalls the work (transaction pool) but not the lease (session
+//     pool): the fenced lease then fails over while the old leader's
+//     write waits (dr 878ms and 1.045s, one write rejected); the advisory
+//     lease keeps its lock and nobody else leads.
+//  10. During the first full run lease.Advisory did not report its backend
+//     PID yet (it has a BackendPID method now), so the oracle recorded 0 and
+//     every TERMINATE_LEADER_BACKEND cell failed. The fault now falls back
+//     to the holder of advisory lock (271, 1) in pg_locks, for any advisory
+//     strategy that reports no PID.
+//
+// # Reproducing a limitation
+//
+// Each reproduced limitation has a test in repro_test.go that fails with
+// a line "REPRODUCED: ..." when the limitation shows, and a Make target
+// that loops it, etcd style, through chaos/run.sh:
+//
+//	make repro-556            TestReproduceIssue556      advisory, transaction pool of one
+//	make repro-backend-loss   TestReproduceBackendLoss   advisory/pinned/TERMINATE_LEADER_BACKEND
+//	make repro-paused-holder  TestReproducePausedHolder  fenced/transaction/FREEZE_LEADER without the fence
+//
+// It prints "Successful reproduction" as soon as one run reproduced it,
+// "Failed to reproduce" when none of REPRO_COUNT runs did, and exits 2 when
+// the test could not run at all, which is not a reproduction.
+package chaos

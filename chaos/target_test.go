@@ -1,0 +1,187 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+type pgxConn = pgx.Conn
+
+// fakeTarget is a scenarios.Target whose parts a test chooses: real
+// servers, real processes and real proxies, but no runner, so the test can
+// look at the stack while the fault holds.
+type fakeTarget struct {
+	sc          scenarios.Scenario
+	s           *stack.Stack
+	lease, work stack.Endpoint
+	leader      scenarios.Replica
+	proxies     map[string][]*toxiproxy.Proxy
+
+	mu     sync.Mutex
+	events []string
+}
+
+var _ scenarios.Target = (*fakeTarget)(nil)
+
+func (f *fakeTarget) Scenario() scenarios.Scenario  { return f.sc.WithDefaults() }
+func (f *fakeTarget) Stack() *stack.Stack           { return f.s }
+func (f *fakeTarget) LeaseEndpoint() stack.Endpoint { return f.lease }
+func (f *fakeTarget) WorkEndpoint() stack.Endpoint  { return f.work }
+func (f *fakeTarget) Replicas() []scenarios.Replica { return []scenarios.Replica{f.leader} }
+func (f *fakeTarget) Proxies(replica string) []*toxiproxy.Proxy {
+	return f.proxies[replica]
+}
+
+func (f *fakeTarget) Leader(context.Context) (scenarios.Replica, error) { return f.leader, nil }
+
+func (f *fakeTarget) Event(_ context.Context, kind, replica, detail string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, strings.TrimSpace(kind+" "+replica+" "+detail))
+	return nil
+}
+
+func (f *fakeTarget) Killed(ctx context.Context, replica string) error {
+	return f.Event(ctx, oracle.EventReplicaKilled, replica, "")
+}
+
+func (f *fakeTarget) Events() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.events...)
+}
+
+// waitEvent waits until an event containing s has been logged.
+func (f *fakeTarget) waitEvent(t *testing.T, s string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, e := range f.Events() {
+			if strings.Contains(e, s) {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 5*time.Millisecond, "event %q; have %q", s, f.Events())
+}
+
+// newTarget is a target on db whose lease and work go through
+// db.Transaction, led by replica r1, which the oracle shows in the middle
+// of a piece of work, the moment faults wait for.
+func newTarget(t *testing.T, db stacktest.DB, sc scenarios.Scenario) *fakeTarget {
+	t.Helper()
+	conn := mustConnect(t, db.Postgres.DSN)
+	require.NoError(t, oracle.Migrate(context.Background(), conn))
+	_, err := conn.Exec(context.Background(), `INSERT INTO `+oracle.WorkTable+` (replica, token) VALUES ('r1', 1)`)
+	require.NoError(t, err)
+	return &fakeTarget{sc: sc, s: db.Stack, lease: db.Transaction, work: db.Transaction,
+		leader: scenarios.Replica{ID: "r1"}, proxies: map[string][]*toxiproxy.Proxy{}}
+}
+
+// startProcess starts a stand-in replica process and reaps it when it
+// exits, as the runner does; the returned channel yields its exit.
+func startProcess(t *testing.T) (*exec.Cmd, <-chan *exec.ExitError) {
+	t.Helper()
+	cmd := exec.Command("sleep", "120")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	exited := make(chan *exec.ExitError, 1)
+	go func() {
+		err := cmd.Wait()
+		ee, _ := err.(*exec.ExitError)
+		exited <- ee
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+	})
+	return cmd, exited
+}
+
+// proxyTo starts a toxiproxy proxy in front of ep's server and returns it
+// with ep's DSN pointed at it.
+func proxyTo(t *testing.T, ep stack.Endpoint) (*toxiproxy.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(ep.DSN)
+	require.NoError(t, err)
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, "test-"+ep.Name, "127.0.0.1:0", u.Host)
+	require.NoError(t, p.Start())
+	t.Cleanup(p.Stop)
+	u.Host = p.Listen
+	return p, u.String()
+}
+
+// connect opens a connection to dsn in exec mode (safe through any pool).
+func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+func mustConnect(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := connect(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// backendPID asks conn for its backend within timeout.
+func backendPID(conn *pgx.Conn, timeout time.Duration) (int32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var pid int32
+	err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
+	return pid, err
+}
+
+// backendAlive reports whether pid is a backend in pg_stat_activity.
+func backendAlive(t *testing.T, s *stack.Stack, pid int32) bool {
+	t.Helper()
+	conn := mustConnect(t, s.Postgres().DSN)
+	var n int
+	require.NoError(t, conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n))
+	return n > 0
+}
+
+// inject runs f.Inject in the background and returns its result channel.
+func inject(t *testing.T, f scenarios.Fault, tg scenarios.Target) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f.Inject(context.Background(), tg) }()
+	return done
+}
+
+func waitInjected(t *testing.T, done <-chan error, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(within):
+		t.Fatalf("Inject did not return within %s", within)
+	}
+}
+
+func fmtEvents(es []string) string { return fmt.Sprintf("%q", es) }

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/doublerun/doublerun/chaos"
+	"github.com/doublerun/doublerun/scenarios"
+)
+
+const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR]
+
+Runs the chaos matrix: every strategy (advisory, advisory-unguarded, fenced)
+against every fault of the catalog, and without a fault, on the transaction
+topology (a PgBouncer transaction pool of one). CHAOS_TOPOLOGIES, a
+comma-separated list of direct, session, transaction and pinned, selects
+others; --topology overrides it. --fault, --strategy and --topology each
+narrow the matrix; all three together run a single cell.
+
+Prints one line per cell as it runs and, at the end, a Markdown table by
+strategy and fault: the double-run window and its episodes, the leaderless
+window, stale writes accepted / rejected, and the verdict against the
+cell's expectation (the table in package chaos). Writes each cell's
+report.json, report.md and timeline.svg under DIR/<strategy>/<topology>/<fault>
+and the table to DIR/summary.md. Exits 1 if any cell did not match its
+expectation.
+`
+
+// envChaosTopologies selects the matrix's topologies.
+const envChaosTopologies = "CHAOS_TOPOLOGIES"
+
+func chaosCommand() command {
+	return command{
+		name: "chaos", summary: "run the fault matrix and judge every cell", usage: chaosUsage,
+		run: func(ctx context.Context, e *env, args []string) error {
+			fs := newFlagSet("chaos", chaosUsage, e)
+			fault := fs.String("fault", "", "run only this fault (or none); see the list in the error for an unknown name")
+			strategy := fs.String("strategy", "", "run only this strategy: "+strings.Join(chaos.Strategies, ", "))
+			topology := fs.String("topology", "", "run only this topology (overrides "+envChaosTopologies+")")
+			out := fs.String("out", "reports/chaos", "directory for the reports and summary.md")
+			if err := parse(fs, args); err != nil {
+				return err
+			}
+			cells, err := chaosCells(*fault, *strategy, *topology, os.Getenv(envChaosTopologies))
+			if err != nil {
+				return err
+			}
+			s, closeStack, err := startStack(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer closeStack()
+			fmt.Fprintf(e.stdout, "chaos: %d cell(s), reports in %s\n", len(cells), *out)
+			begin := time.Now()
+			results := chaos.RunMatrix(ctx, cells, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
+				func(done, total int, r chaos.Result) {
+					fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line())
+				})
+			wall := time.Since(begin)
+			fmt.Fprintln(e.stdout)
+			fmt.Fprint(e.stdout, chaos.Summary(results, wall))
+			if err := chaos.WriteSummary(*out, results, wall); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted after %d of %d cells: %w", len(results), len(cells), ctx.Err())
+			}
+			if failed := chaos.Failed(results); len(failed) > 0 {
+				names := make([]string, len(failed))
+				for i, r := range failed {
+					names[i] = r.Scenario.Name
+				}
+				return fmt.Errorf("%d of %d cells did not match their expectation: %s; see %s/summary.md", len(failed), len(results), strings.Join(names, ", "), *out)
+			}
+			return nil
+		},
+	}
+}
+
+// chaosCells picks the cells the flags and CHAOS_TOPOLOGIES select. Each
+// unknown name is a usage error that lists the valid ones.
+func chaosCells(fault, strategy, topology, envTopologies string) ([]scenarios.Scenario, error) {
+	if strategy != "" && !slices.Contains(chaos.Strategies, strategy) {
+		return nil, usageError{fmt.Sprintf("unknown strategy %q; valid: %s", strategy, strings.Join(chaos.Strategies, ", "))}
+	}
+	if fault != "" && fault != scenarios.NoFault {
+		if _, err := chaos.LookupFault(fault); err != nil {
+			return nil, usageError{fmt.Sprintf("unknown fault %q; valid: %s, %s", fault, scenarios.NoFault, strings.Join(chaos.FaultNames(), ", "))}
+		}
+	}
+	topologies := []scenarios.TopologyKind{scenarios.Transaction}
+	switch {
+	case topology != "":
+		ts, err := chaos.ParseTopologies(topology)
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		topologies = ts
+	case strings.TrimSpace(envTopologies) != "":
+		ts, err := chaos.ParseTopologies(envTopologies)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", envChaosTopologies, err)
+		}
+		topologies = ts
+	}
+	var cells []scenarios.Scenario
+	for _, sc := range chaos.Matrix(topologies...) {
+		if (fault == "" || sc.Fault == fault) && (strategy == "" || sc.Strategy == strategy) {
+			cells = append(cells, sc)
+		}
+	}
+	if len(cells) == 0 {
+		if fault != "" && strategy != "" && len(topologies) == 1 {
+			if _, err := chaos.Cell(strategy, topologies[0], fault); err != nil {
+				return nil, usageError{err.Error()}
+			}
+		}
+		return nil, errors.New("no cell of the matrix matches these flags")
+	}
+	return cells, nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios"
+)
+
+// chaosRegistered reports whether main.go lists the chaos command. Until it
+// does, runChaos runs the command in this process instead of through cli.
+func chaosRegistered() bool {
+	return slices.ContainsFunc(commands(), func(c command) bool { return c.name == "chaos" })
+}
+
+// runChaos runs `doublerun chaos args...` with env set and returns its
+// output and exit code, as cli does. Run in this process (while chaos is
+// not yet registered) it sets env with t.Setenv, so its caller must not be
+// parallel, and maps errors to exit codes the way run does.
+func runChaos(t *testing.T, vars []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	if chaosRegistered() {
+		return cli(t, vars, append([]string{"chaos"}, args...)...)
+	}
+	// Replicas are this test binary started again; with DOUBLERUN_TEST_CLI
+	// set, TestMain runs main, which turns them into replicas.
+	t.Setenv("DOUBLERUN_TEST_CLI", "1")
+	for _, kv := range vars {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	var out, errb bytes.Buffer
+	e := &env{stdout: &out, stderr: &errb, log: slog.New(slog.NewTextHandler(&errb, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	c := chaosCommand()
+	err := c.run(context.Background(), e, args)
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		code = 0
+	case errors.Is(err, errSilentUsage):
+		code = 2
+	case errors.As(err, &ue):
+		fmt.Fprintf(&errb, "doublerun %s: %s\n\n%s", c.name, ue.msg, c.usage)
+		code = 2
+	default:
+		fmt.Fprintf(&errb, "doublerun %s: %s\n", c.name, oneLine(err))
+		code = 1
+	}
+	return out.String(), errb.String(), code
+}
+
+func parallelIfRegistered(t *testing.T) {
+	if chaosRegistered() {
+		t.Parallel()
+	}
+}
+
+func TestChaosRunsOneCell(t *testing.T) {
+	parallelIfRegistered(t)
+	out := t.TempDir()
+	stdout, stderr, code := runChaos(t, []string{"CHAOS_TOPOLOGIES="},
+		"--fault", "KILL_LEADER", "--strategy", "fenced", "--topology", "transaction", "--out", out)
+	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Contains(t, stdout, "chaos: 1 cell(s)")
+	require.Contains(t, stdout, "[1/1] PASS fenced/transaction/KILL_LEADER")
+	require.Contains(t, stdout, "| strategy | fault | topology | double-run (episodes) | leaderless | stale writes accepted / rejected | expect | verdict |")
+	require.Contains(t, stdout, "| fenced | KILL_LEADER | transaction(pool=1) |")
+	for _, f := range []string{"summary.md", "fenced/transaction/KILL_LEADER/report.json", "fenced/transaction/KILL_LEADER/report.md", "fenced/transaction/KILL_LEADER/timeline.svg"} {
+		info, err := os.Stat(filepath.Join(out, f))
+		require.NoError(t, err, f)
+		require.Positive(t, info.Size(), f)
+	}
+}
+
+func TestChaosBadInputGetsOneLine(t *testing.T) {
+	parallelIfRegistered(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"UnknownFault", nil, []string{"--fault", "METEOR"}, 2,
+			`doublerun chaos: unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, KILL_LEADER, FREEZE_LEADER, PARTITION_LEADER, DELAY_LEADER, PGBOUNCER_PAUSE, PGBOUNCER_KILL, PGBOUNCER_RECONNECT, PGBOUNCER_RESTART, POSTGRES_RESTART, GRACEFUL_HANDOVER`},
+		{"UnknownStrategy", nil, []string{"--strategy", "zookeeper"}, 2,
+			`doublerun chaos: unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, fenced`},
+		{"UnknownTopology", nil, []string{"--topology", "mesh"}, 2,
+			`doublerun chaos: unknown topology "mesh"; valid: direct, session, transaction, pinned`},
+		{"UnknownTopologyInEnv", []string{"CHAOS_TOPOLOGIES=direct,mesh"}, nil, 1,
+			`doublerun chaos: CHAOS_TOPOLOGIES: unknown topology "mesh"; valid: direct, session, transaction, pinned`},
+		{"FaultDoesNotApply", nil, []string{"--fault", "TERMINATE_LEADER_BACKEND", "--strategy", "fenced", "--topology", "transaction"}, 2,
+			"doublerun chaos: fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
+		{"UnexpectedArgument", nil, []string{"all"}, 2, `doublerun chaos: unexpected argument "all"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := runChaos(t, tc.env, tc.args...)
+			require.Equal(t, tc.code, code, "stderr: %s", stderr)
+			require.Empty(t, stdout)
+			first, _, _ := strings.Cut(stderr, "\n")
+			require.Equal(t, tc.want, first)
+		})
+	}
+}
+
+func TestChaosCellsSelection(t *testing.T) {
+	t.Parallel()
+	cells, err := chaosCells("", "", "", "")
+	require.NoError(t, err)
+	require.Len(t, cells, 35, "every strategy and fault on the transaction topology")
+	for _, sc := range cells {
+		require.Equal(t, scenarios.Transaction, sc.Topology.Kind)
+	}
+	cells, err = chaosCells("", "", "", "direct, pinned")
+	require.NoError(t, err)
+	require.Len(t, cells, 23+35)
+	cells, err = chaosCells("", "fenced", "session", "direct")
+	require.NoError(t, err, "--topology overrides CHAOS_TOPOLOGIES")
+	require.Len(t, cells, 11)
+	cells, err = chaosCells("FREEZE_LEADER", "", "", "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"advisory/transaction/FREEZE_LEADER", "advisory-unguarded/transaction/FREEZE_LEADER", "fenced/transaction/FREEZE_LEADER"},
+		[]string{cells[0].Name, cells[1].Name, cells[2].Name})
+	cells, err = chaosCells("none", "advisory", "pinned", "")
+	require.NoError(t, err)
+	require.Len(t, cells, 1)
+	require.Equal(t, scenarios.ExpectSafe, cells[0].Expect)
+}
