@@ -52,16 +52,49 @@ func newNativeBackend(opts Options) (*nativeBackend, error) {
 		b.uid, b.gid = uid, gid
 		b.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	dir, err := os.MkdirTemp("", "doublerun-stack-")
+	sweepStaleDirs(os.TempDir(), opts.Logger)
+	dir, err := os.MkdirTemp("", nativeDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("native provider: create temp dir: %w", err)
 	}
 	b.dir = dir
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("native provider: %w", err)
+	}
 	if err := b.own(dir); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return b, nil
+}
+
+const (
+	nativeDirPrefix = "doublerun-stack-"
+	// ownerFile holds the PID of the process that started the stack.
+	ownerFile = "owner.pid"
+)
+
+// sweepStaleDirs removes the temp dirs of native stacks whose owner has
+// died. Close removes a stack's dir, but a test binary that panics or is
+// killed on a timeout never gets to; its servers die with it (Pdeathsig),
+// and the next native stack removes what is left. Dirs without an owner
+// file, or whose owner still runs, are left alone.
+func sweepStaleDirs(tmp string, log interface{ Info(string, ...any) }) {
+	dirs, _ := filepath.Glob(filepath.Join(tmp, nativeDirPrefix+"*"))
+	for _, dir := range dirs {
+		raw, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(string(raw))
+		if err != nil || pid <= 0 || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err == nil {
+			log.Info("removed the temp dir of a native stack whose owner died", "dir", dir, "owner_pid", pid)
+		}
+	}
 }
 
 // own hands path to the user the servers run as.

@@ -3,7 +3,11 @@ package stack
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -252,5 +256,34 @@ func requireNothingLeft(t *testing.T, b backend, nodes []node) {
 		require.Empty(t, nets.Items, "networks of stack %s", b.id)
 	default:
 		t.Fatalf("unexpected backend %T", b)
+	}
+}
+
+// A test binary that panics never reaches Close; the next native stack
+// removes the temp dir it left, and only dirs whose owner has died.
+func TestNativeSweepsDirsOfDeadOwners(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	mk := func(owner string) string {
+		dir, err := os.MkdirTemp(tmp, nativeDirPrefix)
+		require.NoError(t, err)
+		if owner != "" {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o644))
+		}
+		return dir
+	}
+	deadDir := mk(strconv.Itoa(dead.Process.Pid))
+	liveDir := mk(strconv.Itoa(os.Getpid()))
+	unknownDir := mk("")
+
+	sweepStaleDirs(tmp, slog.New(slog.DiscardHandler))
+
+	_, err := os.Stat(deadDir)
+	require.ErrorIs(t, err, os.ErrNotExist, "dir of a dead owner removed")
+	for _, dir := range []string{liveDir, unknownDir} {
+		_, err := os.Stat(dir)
+		require.NoError(t, err, "%s kept", dir)
 	}
 }
