@@ -90,24 +90,9 @@ func TestAdminPauseHoldsQueriesUntilResume(t *testing.T) {
 	pid(t, conn) // the pool now exists
 	a := admin(t, db.Transaction.AdminDSN)
 
-	require.NoError(t, a.Pause(ctx, db.Name))
-	done := make(chan error, 1)
-	go func() {
-		var one int
-		done <- conn.QueryRow(ctx, "SELECT 1").Scan(&one)
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("query finished while paused (err %v)", err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	require.NoError(t, a.Resume(ctx, db.Name))
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("query still waiting after RESUME")
-	}
+	requireQueryWaits(t, conn, "paused",
+		func() error { return a.Pause(ctx, db.Name) },
+		func() error { return a.Resume(ctx, db.Name) })
 }
 
 func TestAdminKillDropsClientsUntilResume(t *testing.T) {
@@ -170,18 +155,27 @@ func TestAdminSuspendStopsTrafficUntilResume(t *testing.T) {
 	pid(t, conn)
 	a := admin(t, ep.AdminDSN)
 
-	require.NoError(t, a.Suspend(ctx))
+	requireQueryWaits(t, conn, "suspended",
+		func() error { return a.Suspend(ctx) },
+		func() error { return a.Resume(ctx, "") })
+}
+
+// requireQueryWaits checks that a query sent on conn after hold does not
+// finish while held, and succeeds once release runs.
+func requireQueryWaits(t *testing.T, conn *pgx.Conn, state string, hold, release func() error) {
+	t.Helper()
+	require.NoError(t, hold())
 	done := make(chan error, 1)
 	go func() {
 		var one int
-		done <- conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+		done <- conn.QueryRow(context.Background(), "SELECT 1").Scan(&one)
 	}()
 	select {
 	case err := <-done:
-		t.Fatalf("query finished while suspended (err %v)", err)
+		t.Fatalf("query finished while %s (err %v)", state, err)
 	case <-time.After(500 * time.Millisecond):
 	}
-	require.NoError(t, a.Resume(ctx, ""))
+	require.NoError(t, release())
 	select {
 	case err := <-done:
 		require.NoError(t, err)

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -155,7 +156,7 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 
 	cfg.Users = append(cfg.Users, pgbouncer.User{Name: User, Password: s.password}, pgbouncer.User{Name: AdminUser, Password: s.password})
 	cfg.AdminUsers = append(cfg.AdminUsers, AdminUser)
-	cfg.PoolMode = cmpPoolMode(cfg.PoolMode)
+	cfg.PoolMode = cmp.Or(cfg.PoolMode, pgbouncer.PoolSession)
 	n, host, port, err := s.backend.startPgBouncer(ctx, name, cfg)
 	s.mu.Lock()
 	if n != nil {
@@ -172,7 +173,7 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 		DSN:                   dsn(User, s.password, host, port, Database),
 		AdminDSN:              dsn(AdminUser, s.password, host, port, "pgbouncer"),
 		PoolMode:              cfg.PoolMode,
-		PoolSize:              cmpInt(cfg.DefaultPoolSize, 20),
+		PoolSize:              cmp.Or(cfg.DefaultPoolSize, 20),
 		MaxPreparedStatements: cfg.MaxPreparedStatements,
 	}
 	if err := waitReady(ctx, ep.DSN, n); err != nil {
@@ -404,18 +405,4 @@ func randomPassword() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func cmpPoolMode(m pgbouncer.PoolMode) pgbouncer.PoolMode {
-	if m == "" {
-		return pgbouncer.PoolSession
-	}
-	return m
-}
-
-func cmpInt(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
