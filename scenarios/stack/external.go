@@ -4,16 +4,23 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/doublerun/doublerun/pgbouncer"
 )
 
-// startExternal builds a stack from DSNs in the environment. It owns no
-// servers, so Close releases nothing and restarts return ErrNotSupported.
-// It still checks every endpoint: pool mode, pool size and version come
-// from each bouncer's admin console, never from what the caller claims.
+// startExternal builds a stack from DSNs in the environment. It owns none
+// of those servers: restarting them returns ErrNotSupported and Close
+// leaves them running. It still checks every endpoint: pool mode, pool
+// size and version come from each bouncer's admin console, never from
+// what the caller claims.
+//
+// AddPgBouncer works where a pgbouncer binary is installed: the new bouncer
+// runs as a local child process (as with the native provider) in front of
+// the external Postgres, and Close stops it. That lets tests that start a
+// bouncer of their own share a stack from `doublerun stack up`.
 func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 	vars := []struct{ name, value string }{
 		{EnvPostgresDSN, opts.getenv(EnvPostgresDSN)},
@@ -30,7 +37,14 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 			return nil, fmt.Errorf("external provider: %s is not a valid DSN (%v); set it to a URL such as postgres://user:password@127.0.0.1:6432/doublerun", v.name, firstLine(err))
 		}
 	}
-	s := &Stack{provider: ProviderExternal, log: opts.Logger, bouncers: map[string]*bouncer{}}
+	pg, _ := pgx.ParseConfig(vars[0].value)
+	s := &Stack{
+		provider: ProviderExternal,
+		backend:  &externalBackend{opts: opts, host: pg.Host, port: int(pg.Port)},
+		log:      opts.Logger,
+		user:     pg.User, password: pg.Password, database: pg.Database,
+		bouncers: map[string]*bouncer{},
+	}
 	s.postgres = Endpoint{Name: PostgresName, DSN: vars[0].value}
 	if err := ping(ctx, s.postgres.DSN); err != nil {
 		return nil, fmt.Errorf("external provider: %s does not answer: %v", EnvPostgresDSN, firstLine(err))
@@ -87,4 +101,45 @@ func (s *Stack) ExportLines() []string {
 		"export " + EnvTransactionDSN + "=" + q(tx.DSN),
 		"export " + EnvTransactionAdminDSN + "=" + q(tx.AdminDSN),
 	}
+}
+
+// externalBackend starts the bouncers an external stack adds, as native
+// processes forwarding to the external Postgres. It looks for the pgbouncer
+// binary on first use, so an external stack that adds none needs none.
+type externalBackend struct {
+	opts Options
+	host string
+	port int
+
+	mu     sync.Mutex
+	native *nativeBackend
+}
+
+func (e *externalBackend) startPostgres(context.Context, string, string, string) (node, string, int, error) {
+	return nil, "", 0, fmt.Errorf("start postgres: %w", ErrNotSupported)
+}
+
+func (e *externalBackend) startPgBouncer(ctx context.Context, name string, cfg pgbouncer.Config) (node, string, int, error) {
+	e.mu.Lock()
+	if e.native == nil {
+		b, err := newNativeBouncers(e.opts)
+		if err != nil {
+			e.mu.Unlock()
+			return nil, "", 0, fmt.Errorf("the external provider runs an added PgBouncer as a local process: %w", err)
+		}
+		b.pgHost, b.pgPort = e.host, e.port
+		e.native = b
+	}
+	b := e.native
+	e.mu.Unlock()
+	return b.startPgBouncer(ctx, name, cfg)
+}
+
+func (e *externalBackend) close(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.native == nil {
+		return nil
+	}
+	return e.native.close(ctx)
 }

@@ -28,6 +28,7 @@ type nativeBackend struct {
 	pgbouncer string
 	cred      *syscall.Credential
 	uid, gid  int
+	pgHost    string // where the bouncers forward to
 	pgPort    int
 	log       interface{ Info(string, ...any) }
 }
@@ -37,11 +38,24 @@ func newNativeBackend(opts Options) (*nativeBackend, error) {
 	if err != nil {
 		return nil, err
 	}
+	b, err := newNativeBouncers(opts)
+	if err != nil {
+		return nil, err
+	}
+	b.binDir = binDir
+	return b, nil
+}
+
+// newNativeBouncers returns a native backend that can start PgBouncers but
+// has no Postgres of its own: set pgHost and pgPort before starting one.
+// The external provider uses it to add bouncers in front of a Postgres it
+// does not own.
+func newNativeBouncers(opts Options) (*nativeBackend, error) {
 	bouncerBin, err := findPgBouncer(opts.PgBouncerBin)
 	if err != nil {
 		return nil, err
 	}
-	b := &nativeBackend{binDir: binDir, pgbouncer: bouncerBin, uid: -1, gid: -1, log: opts.Logger}
+	b := &nativeBackend{pgbouncer: bouncerBin, pgHost: "127.0.0.1", uid: -1, gid: -1, log: opts.Logger}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -191,7 +205,7 @@ func (b *nativeBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 	cfg.ListenAddr = "127.0.0.1"
 	cfg.ListenPort = port
 	cfg.AuthFile = filepath.Join(b.dir, name+".userlist.txt")
-	cfg.Databases = []pgbouncer.Database{{Name: "*", Host: "127.0.0.1", Port: b.pgPort}}
+	cfg.Databases = []pgbouncer.Database{{Name: "*", Host: b.pgHost, Port: b.pgPort}}
 	cfg.Version = b.version(ctx)
 	ini, err := cfg.Ini()
 	if err != nil {

@@ -40,7 +40,10 @@ type Stack struct {
 	provider Provider
 	backend  backend
 	log      interface{ Info(string, ...any) }
-	password string
+	// user, password and database are what clients of the stack log in
+	// with: User and Database with a random password for a stack this
+	// process started, whatever the Postgres DSN says for an external one.
+	user, password, database string
 
 	mu        sync.Mutex
 	postgres  Endpoint
@@ -99,7 +102,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		provider: provider,
 		backend:  b,
 		log:      opts.Logger,
+		user:     User,
 		password: randomPassword(),
+		database: Database,
 		bouncers: map[string]*bouncer{},
 	}
 	begin := time.Now()
@@ -154,7 +159,7 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 	s.bouncers[name] = nil // reserve the name
 	s.mu.Unlock()
 
-	cfg.Users = append(cfg.Users, pgbouncer.User{Name: User, Password: s.password}, pgbouncer.User{Name: AdminUser, Password: s.password})
+	cfg.Users = append(cfg.Users, pgbouncer.User{Name: s.user, Password: s.password}, pgbouncer.User{Name: AdminUser, Password: s.password})
 	cfg.AdminUsers = append(cfg.AdminUsers, AdminUser)
 	cfg.PoolMode = cmp.Or(cfg.PoolMode, pgbouncer.PoolSession)
 	n, host, port, err := s.backend.startPgBouncer(ctx, name, cfg)
@@ -170,7 +175,7 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 	}
 	ep := Endpoint{
 		Name:                  name,
-		DSN:                   dsn(User, s.password, host, port, Database),
+		DSN:                   dsn(s.user, s.password, host, port, s.database),
 		AdminDSN:              dsn(AdminUser, s.password, host, port, "pgbouncer"),
 		PoolMode:              cfg.PoolMode,
 		PoolSize:              cmp.Or(cfg.DefaultPoolSize, 20),
@@ -315,10 +320,11 @@ func (s *Stack) bouncer(name string) (*bouncer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.bouncers[name]
-	if !ok || b == nil || b.node == nil {
-		if s.backend == nil {
-			return nil, fmt.Errorf("pgbouncer %q: %w", name, ErrNotSupported)
-		}
+	switch {
+	case ok && b != nil && b.node == nil && b.ep.Name != "":
+		// An external stack's own bouncers run elsewhere.
+		return nil, fmt.Errorf("pgbouncer %q: %w", name, ErrNotSupported)
+	case !ok || b == nil || b.node == nil:
 		return nil, fmt.Errorf("no pgbouncer called %q", name)
 	}
 	return b, nil

@@ -18,6 +18,8 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/require"
 	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/doublerun/doublerun/pgbouncer"
 )
 
 // shared is one stack for the tests that only read from it; tests that
@@ -117,16 +119,10 @@ func TestPoolModeShowsInBehaviour(t *testing.T) {
 func TestExternalProviderReadsExportedDSNs(t *testing.T) {
 	t.Parallel()
 	s := sharedStack(t)
-	env := map[string]string{}
-	for _, line := range s.ExportLines() {
-		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		require.True(t, ok, line)
-		env[k] = strings.Trim(v, "'")
-	}
+	env := exported(t, s)
 	require.Equal(t, "external", env[EnvProvider])
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 
-	ext, err := Start(context.Background(), Options{lookupEnv: lookup})
+	ext, err := Start(context.Background(), Options{lookupEnv: lookup(env)})
 	require.NoError(t, err)
 	require.Equal(t, ProviderExternal, ext.Provider())
 	require.Equal(t, s.Endpoints(), ext.Endpoints(), "pool modes, sizes and versions read back from the admin consoles")
@@ -134,8 +130,54 @@ func TestExternalProviderReadsExportedDSNs(t *testing.T) {
 		connect(t, ep)
 	}
 	require.ErrorIs(t, ext.RestartPostgres(context.Background()), ErrNotSupported)
+	require.ErrorIs(t, ext.RestartPgBouncer(context.Background(), TransactionName), ErrNotSupported)
+
+	// A bouncer added to an external stack runs locally, in front of the
+	// external Postgres, and goes away with the external stack.
+	added, err := ext.AddPgBouncer(context.Background(), "added", pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: 2})
+	require.NoError(t, err)
+	require.Equal(t, pgbouncer.PoolTransaction, added.PoolMode)
+	require.Equal(t, 2, added.PoolSize)
+	conn := connect(t, added)
+	var db string
+	require.NoError(t, conn.QueryRow(context.Background(), "SELECT current_database()").Scan(&db))
+	require.Equal(t, Database, db)
+	require.NoError(t, conn.Close(context.Background()))
+	require.Contains(t, ext.Endpoints(), added)
+
 	require.NoError(t, ext.Close(context.Background()))
-	connect(t, s.Postgres()) // closing an external stack leaves the servers alone
+	require.Error(t, ping(context.Background(), added.DSN), "Close stops the bouncers the external stack added")
+	connect(t, s.Postgres()) // and leaves the servers it was given alone
+	connect(t, s.Transaction())
+}
+
+// exported parses s's export lines into variables.
+func exported(t *testing.T, s *Stack) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, line := range s.ExportLines() {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		require.True(t, ok, line)
+		env[k] = strings.Trim(v, "'")
+	}
+	return env
+}
+
+func lookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+func TestExternalProviderAddsBouncersOnlyWithAPgBouncerBinary(t *testing.T) {
+	t.Parallel()
+	s := sharedStack(t)
+	env := exported(t, s)
+	env[EnvPgBouncerBin] = filepath.Join(t.TempDir(), "no-pgbouncer")
+	ext, err := Start(context.Background(), Options{lookupEnv: lookup(env)})
+	require.NoError(t, err, "an external stack that adds no bouncer needs no pgbouncer binary")
+	defer ext.Close(context.Background())
+	_, err = ext.AddPgBouncer(context.Background(), "added", pgbouncer.Config{})
+	require.ErrorContains(t, err, "the external provider runs an added PgBouncer as a local process: pgbouncer binary not found")
+	require.Len(t, ext.Endpoints(), 3, "the failed bouncer left no endpoint behind")
 }
 
 func TestExternalProviderRejectsBadDSNs(t *testing.T) {

@@ -117,8 +117,8 @@ func NewDBOn(t testing.TB, s *stack.Stack) DB {
 
 // AddBouncer starts a PgBouncer with cfg (pool mode, pool size, reset
 // query, ...) on the shared stack, removes it when the test ends, and
-// returns its endpoint pointed at db. It fails the test on the external
-// provider, which cannot start servers.
+// returns its endpoint pointed at db. On the external provider the bouncer
+// runs as a local process, so a pgbouncer binary must be installed.
 func (db DB) AddBouncer(t testing.TB, cfg pgbouncer.Config) stack.Endpoint {
 	t.Helper()
 	b := make([]byte, 4)
@@ -127,7 +127,7 @@ func (db DB) AddBouncer(t testing.TB, cfg pgbouncer.Config) stack.Endpoint {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ep, err := db.Stack.AddPgBouncer(ctx, name, cfg)
-	require.NoError(t, err, "this test starts its own PgBouncer, which needs the docker or native provider")
+	require.NoError(t, err, "this test starts a PgBouncer of its own")
 	t.Cleanup(func() { _ = db.Stack.RemovePgBouncer(context.Background(), name) })
 	return ep.WithDatabase(db.Name)
 }
