@@ -7,11 +7,12 @@
 # Environment:
 #   MUTATION_PACKAGES      packages to mutate (default "lease worker")
 #   MUTATION_SHARED        of those, the ones whose tests run against one
-#                          shared stack (default: none). The others' tests
-#                          start a stack per mutant with DOUBLERUN_PROVIDER.
-#                          Today both lease and worker have tests that add a
-#                          PgBouncer of their own (AddPgBouncer), which the
-#                          external provider cannot do, so neither can share.
+#                          shared stack (default: all of them when a
+#                          pgbouncer binary is installed, else none). The
+#                          others' tests start a stack per mutant with
+#                          DOUBLERUN_PROVIDER. Tests that add a PgBouncer of
+#                          their own run it as a local process in front of
+#                          the shared Postgres, hence the binary.
 #   MUTATION_OUT           where the gremlins reports go (default out/mutation)
 #   MUTATION_MIN_EFFICACY  gate threshold per package, percent (default 0)
 #   MUTATION_MIN_COVERAGE  gate threshold per package, percent (default 0)
@@ -27,7 +28,17 @@ cd "$(dirname "$0")/.."
 root=$PWD
 begin=$(date +%s)
 packages=${MUTATION_PACKAGES:-lease worker}
-shared=" ${MUTATION_SHARED:-} "
+if [ -z "${MUTATION_SHARED+set}" ]; then
+  # The search order of the stack's findPgBouncer.
+  if [ -x "${DOUBLERUN_PGBOUNCER_BIN:-}" ] || command -v pgbouncer >/dev/null ||
+    [ -x /usr/sbin/pgbouncer ] || [ -x /usr/local/sbin/pgbouncer ]; then
+    MUTATION_SHARED=$packages
+  else
+    echo "mutation: no pgbouncer binary, so every test run starts a stack of its own (slower); apt-get install pgbouncer to share one" >&2
+    MUTATION_SHARED=
+  fi
+fi
+shared=" $MUTATION_SHARED "
 out=${MUTATION_OUT:-out/mutation}
 mkdir -p "$out"
 out=$(cd "$out" && pwd) # gremlins changes directory before it writes --output

@@ -31,8 +31,8 @@ guards  applies each named guard mutant of the manifests (see
         every go test and removes every temporary file. Each go test starts
         its own stack (DOUBLERUN_PROVIDER), unless --share-stack: then the
         command starts one and passes it to every go test through the
-        external provider, which is faster but fails tests that add a
-        PgBouncer of their own.
+        external provider; tests that add a PgBouncer of their own then
+        run it as a local process, so a pgbouncer binary must be installed.
 
 gate    reads gremlins JSON reports (go tool gremlins unleash --output FILE),
         one per package; NAME is the package directory ("lease"), by default
@@ -76,7 +76,7 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 	only := fs.String("guard", "", "run only the guards whose id matches this regular expression")
 	parallel := fs.Int("parallel", mutation.DefaultParallel, "go test processes at once")
 	timeout := fs.Duration("timeout", mutation.DefaultGuardTimeout, "bound on each go test run, compile included")
-	share := fs.Bool("share-stack", false, "start one stack and pass it to every guard's tests (external provider); tests that add a PgBouncer fail on it")
+	share := fs.Bool("share-stack", false, "start one stack and pass it to every guard's tests (external provider); tests that add a PgBouncer need a local pgbouncer binary")
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout")
 	if err := parse(fs, args); err != nil {
 		return err
