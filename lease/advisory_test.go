@@ -30,6 +30,24 @@ func TestAdvisoryConfig(t *testing.T) {
 		require.Equal(t, 5*time.Second, a.connCfg.ConnectTimeout)
 	})
 
+	// A connection attempt counts against the probe's budget: a DSN's
+	// longer connect_timeout is capped, a shorter one kept.
+	for _, tt := range []struct {
+		name, query string
+		want        time.Duration
+	}{
+		{"CapsALongerConnectTimeout", "?connect_timeout=60", 2 * time.Second},
+		{"KeepsAShorterConnectTimeout", "?connect_timeout=1", time.Second},
+		{"SetsAMissingConnectTimeout", "", 2 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, err := newAdvisory(AdvisoryConfig{DSN: "postgres://u@localhost/db" + tt.query, ProbeTimeout: 2 * time.Second})
+			require.NoError(t, err)
+			require.Equal(t, tt.want, a.connCfg.ConnectTimeout)
+		})
+	}
+
 	for _, tt := range []struct {
 		name string
 		cfg  AdvisoryConfig

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/pgbouncer"
@@ -42,6 +43,14 @@ func TestClassify(t *testing.T) {
 		})
 	}
 
+	t.Run("StringQuotesTheFirstEvidence", func(t *testing.T) {
+		t.Parallel()
+		r := EndpointReport{Endpoint: "h:1/db", Kind: EndpointDirect}
+		require.Equal(t, "h:1/db: direct", r.String())
+		r.Evidence = []string{"first", "second"}
+		require.Equal(t, "h:1/db: direct (first)", r.String())
+	})
+
 	t.Run("NamesAUnixSocket", func(t *testing.T) {
 		t.Parallel()
 		r := classify(endpointSample{clients: []clientSample{client(10, 10)}})
@@ -56,6 +65,12 @@ func TestCheckEndpoint(t *testing.T) {
 		t.Parallel()
 		db := stacktest.NewDB(t)
 		ctx := testCtx(t)
+		// Every endpoint ends at the one Postgres, on the port it listens on.
+		direct, err := pgx.Connect(ctx, db.Postgres.DSN)
+		require.NoError(t, err)
+		var port int32
+		require.NoError(t, direct.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port))
+		require.NoError(t, direct.Close(ctx))
 		for name, want := range map[string]EndpointKind{
 			stack.PostgresName:    EndpointDirect,
 			stack.SessionName:     EndpointPinned,
@@ -66,6 +81,9 @@ func TestCheckEndpoint(t *testing.T) {
 			require.Equal(t, want, r.Kind, "%s: %v", name, r.Evidence)
 			require.Equal(t, checkClients*checkRounds, r.Samples)
 			require.NotContains(t, r.String(), "@", "no credentials in the report")
+			cfg, err := pgx.ParseConfig(db.Endpoint(name).DSN)
+			require.NoError(t, err)
+			require.Contains(t, r.Evidence, fmt.Sprintf("inet_server_port() is %d, the DSN names port %d", port, cfg.Port))
 		}
 	})
 

@@ -31,6 +31,13 @@ func TestFencedConfig(t *testing.T) {
 		require.Equal(t, "doublerun-fenced-lease", f.connCfg.RuntimeParams["application_name"])
 	})
 
+	t.Run("AcceptsATTLOfOneMillisecond", func(t *testing.T) {
+		t.Parallel()
+		f, err := newFenced(FencedConfig{DSN: "postgres://u@localhost/db", TTL: time.Millisecond})
+		require.NoError(t, err)
+		require.Equal(t, time.Millisecond, f.cfg.TTL)
+	})
+
 	t.Run("QuotesASchemaQualifiedTable", func(t *testing.T) {
 		t.Parallel()
 		f, err := newFenced(FencedConfig{DSN: "postgres://u@localhost/db", Table: "ops.Leases"})

@@ -1,0 +1,116 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFencedMock covers, with a scripted conn in place of a server, what a
+// real server cannot show on demand: how long a statement may take before
+// the lease gives up on it, and which transitions are logged. Everything
+// else is tested against real Postgres in TestFenced.
+func TestFencedMock(t *testing.T) {
+	t.Parallel()
+
+	// setup returns a Fenced (holder "m", lease "doublerun") whose one
+	// connection is the returned script, and the messages it logs.
+	setup := func(t *testing.T, ttl, margin time.Duration) (*Fenced, *scriptedConn, *messages) {
+		t.Helper()
+		logged := &messages{}
+		f, err := newFenced(FencedConfig{DSN: "postgres://mock@localhost/mock", Holder: "m", TTL: ttl, Margin: margin, Logger: slog.New(logged)})
+		require.NoError(t, err)
+		c := &scriptedConn{}
+		f.connect = func(context.Context) (conn, error) { return c, nil }
+		t.Cleanup(func() { require.NoError(t, c.met()) })
+		return f, c, logged
+	}
+	const name, holder = "doublerun", "m"
+	ms := func(d time.Duration) int64 { return d.Milliseconds() }
+
+	// The statement timeout is the trust window, TTL - Margin: an answer
+	// later than that could not be led on anyway.
+	t.Run("GivesUpOnAPollAfterTTLMinusMargin", func(t *testing.T) {
+		t.Parallel()
+		const ttl, margin = 2 * time.Second, time.Second
+		f, c, _ := setup(t, ttl, margin)
+		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1)).WillDelayFor(time.Hour)
+		start := time.Now()
+		res := mustTry(t, testCtx(t), f)
+		waited := time.Since(start)
+		require.Equal(t, Faulted, res.Status)
+		require.ErrorIs(t, res.Err, context.DeadlineExceeded)
+		require.GreaterOrEqual(t, waited, ttl-margin)
+		require.Less(t, waited, ttl, "the poll waited past TTL - Margin")
+	})
+
+	t.Run("GivesUpOnAReleaseAfterTTLMinusMargin", func(t *testing.T) {
+		t.Parallel()
+		const ttl, margin = 2 * time.Second, time.Second
+		f, c, _ := setup(t, ttl, margin)
+		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1))
+		c.ExpectQuery(f.release).WithArgs(name, holder, int64(1)).WillDelayFor(time.Hour)
+		ctx := testCtx(t)
+		require.Equal(t, Leader, mustTry(t, ctx, f).Status)
+		start := time.Now()
+		err := f.Release(ctx)
+		waited := time.Since(start)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorContains(t, err, "expires by itself after the TTL")
+		require.Less(t, waited, ttl, "the release waited past TTL - Margin")
+	})
+
+	// Each transition is logged once: a renewal is not a new acquisition,
+	// and a follower that never led has nothing to lose.
+	t.Run("LogsAcquiringAndLosingOnce", func(t *testing.T) {
+		t.Parallel()
+		const ttl = time.Second
+		f, c, logged := setup(t, ttl, 0)
+		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnError(pgx.ErrNoRows)
+		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(3))
+		c.ExpectQuery(f.renew).WithArgs(name, holder, int64(3), ms(ttl)).WillReturnRow(int64(3))
+		c.ExpectQuery(f.renew).WithArgs(name, holder, int64(3), ms(ttl)).WillReturnRow(int64(3))
+		c.ExpectQuery(f.renew).WithArgs(name, holder, int64(3), ms(ttl)).WillReturnError(pgx.ErrNoRows)
+		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnError(pgx.ErrNoRows)
+		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnError(pgx.ErrNoRows)
+
+		ctx := testCtx(t)
+		for _, want := range []Status{Follower, Leader, Leader, Leader, Follower, Follower} {
+			require.Equal(t, want, mustTry(t, ctx, f).Status)
+		}
+		require.Equal(t, []string{"lease: acquired token=3", "lease: lost leadership token=3"}, logged.list())
+	})
+}
+
+// messages is a slog.Handler that keeps each record as "message key=value
+// ...", without the attributes every record of a lease carries.
+type messages struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (m *messages) Enabled(context.Context, slog.Level) bool { return true }
+func (m *messages) WithAttrs([]slog.Attr) slog.Handler       { return m }
+func (m *messages) WithGroup(string) slog.Handler            { return m }
+func (m *messages) Handle(_ context.Context, r slog.Record) error {
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.msgs = append(m.msgs, line)
+	return nil
+}
+
+func (m *messages) list() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.msgs...)
+}
