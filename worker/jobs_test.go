@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/lease"
@@ -578,6 +581,19 @@ func TestEnqueue(t *testing.T) {
 		}
 	})
 
+	t.Run("CapsMaxAttemptsAtTheColumnsRange", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		conn := stacktest.Connect(t, db.Postgres)
+		ctx := context.Background()
+		require.NoError(t, Migrate(ctx, conn, ""))
+		ids, err := Enqueue(ctx, conn, "", NewJob{Kind: "k", MaxAttempts: math.MaxInt})
+		require.NoError(t, err)
+		var maxAttempts int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT max_attempts FROM doublerun_jobs WHERE id = $1`, ids[0]).Scan(&maxAttempts))
+		require.Equal(t, int64(math.MaxInt32), maxAttempts, "retried as often as an integer column can count")
+	})
+
 	t.Run("RejectsBadJobs", func(t *testing.T) {
 		t.Parallel()
 		_, err := Enqueue(context.Background(), nil, "", NewJob{})
@@ -612,6 +628,30 @@ func assertNoError(t *testing.T, err error) bool {
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 
+	// The loser of a race a real server shows only when replicas migrate at
+	// the very same moment.
+	for _, tt := range []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"LostTheRaceOnTheCatalogIndex", &pgconn.PgError{Code: "23505"}, false},
+		{"LostTheRaceOnTheRelation", &pgconn.PgError{Code: "42P07"}, false},
+		{"LostTheRaceOnTheRowType", &pgconn.PgError{Code: "42710"}, false},
+		{"NotAllowed", &pgconn.PgError{Code: "42501"}, true},
+		{"ConnectionLost", io.ErrUnexpectedEOF, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := Migrate(context.Background(), failingExec{err: tt.err}, "")
+			if tt.wantErr {
+				require.ErrorIs(t, err, tt.err)
+			} else {
+				require.NoError(t, err)
+			}
+		})
+	}
+
 	t.Run("ManyReplicasAtOnce", func(t *testing.T) {
 		t.Parallel()
 		db := stacktest.NewDB(t)
@@ -632,4 +672,14 @@ func TestMigrate(t *testing.T) {
 			`SELECT count(*) FROM pg_indexes WHERE schemaname = 'app' AND tablename = 'jobs' AND indexname = 'jobs_due'`).Scan(&indexes))
 		require.Equal(t, 1, indexes)
 	})
+}
+
+// failingExec is a DB whose Exec fails with err; Migrate uses nothing else.
+type failingExec struct {
+	DB
+	err error
+}
+
+func (f failingExec) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, f.err
 }
