@@ -119,6 +119,23 @@ func TestGate(t *testing.T) {
 		})
 	})
 
+	// A lease may report Faulted without saying why; the cycle still
+	// carries an error, so logs and health never show a fault as nil.
+	t.Run("SilentFaultGetsAnError", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := gateSetup(t, lease.Leader)
+			b.lease.fail(lease.Result{Status: lease.Faulted}, nil)
+			start(t, b.worker)
+			rep := b.next()
+			require.Equal(t, lease.Faulted, rep.Status)
+			require.EqualError(t, rep.Err, "lease reported faulted")
+
+			b.lease.fail(lease.Result{Status: lease.Faulted, Err: errors.New("stub: lease unreachable")}, nil)
+			rep = b.next()
+			require.EqualError(t, rep.Err, "stub: lease unreachable", "the lease's own reason is kept")
+		})
+	})
+
 	t.Run("PanickingLeaseCountsAsFaulted", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := gateSetup(t, lease.Leader)

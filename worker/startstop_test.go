@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -134,6 +136,16 @@ func TestStartStop(t *testing.T) {
 	})
 }
 
+func TestDefaultRetryDelay(t *testing.T) {
+	t.Parallel()
+	for attempt, want := range map[int]time.Duration{
+		1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 12: 2048 * time.Second,
+		13: time.Hour, 100: time.Hour,
+	} {
+		require.Equal(t, want, DefaultRetryDelay(attempt), "after attempt %d", attempt)
+	}
+}
+
 func TestConfig(t *testing.T) {
 	t.Parallel()
 
@@ -153,6 +165,35 @@ func TestConfig(t *testing.T) {
 		require.NotEmpty(t, c.ID)
 	})
 
+	t.Run("DefaultIDIsHostAndPID", func(t *testing.T) {
+		t.Parallel()
+		host, err := os.Hostname()
+		require.NoError(t, err)
+		w := newWorker(t, Config{Lease: newStubLease(lease.Follower)})
+		require.Equal(t, fmt.Sprintf("%s-%d", host, os.Getpid()), w.config.ID)
+	})
+
+	// Each limit is inclusive: the edge value itself is a working config.
+	t.Run("AcceptsTheEdgeOfEachLimit", func(t *testing.T) {
+		t.Parallel()
+		l := newStubLease(lease.Follower)
+		for name, config := range map[string]Config{
+			"ShortestIntervals":     {Lease: l, PollInterval: 1, BackoffInitial: 1, BackoffMax: 1, LeaseTimeout: 1, VisibilityTimeout: 1},
+			"CapEqualToInitial":     {Lease: l, BackoffInitial: time.Second, BackoffMax: time.Second},
+			"ConstantBackoff":       {Lease: l, BackoffMultiplier: 1},
+			"SmallestBatch":         {Lease: l, BatchSize: 1},
+			"LargestBatch":          {Lease: l, BatchSize: maxBatchSize},
+			"OneAttempt":            {Lease: l, MaxAttempts: 1},
+			"LowestDegradedStatus":  {Lease: l, DegradedStatusCode: 200},
+			"HighestDegradedStatus": {Lease: l, DegradedStatusCode: 599},
+		} {
+			t.Run(name, func(t *testing.T) {
+				_, err := New(config)
+				require.NoError(t, err)
+			})
+		}
+	})
+
 	t.Run("RejectsWhatCannotWork", func(t *testing.T) {
 		t.Parallel()
 		l := newStubLease(lease.Follower)
@@ -170,6 +211,8 @@ func TestConfig(t *testing.T) {
 			"ShrinkingBackoff":     {Config{Lease: l, BackoffMultiplier: 0.5}, "BackoffMultiplier must be at least 1"},
 			"HugeBatch":            {Config{Lease: l, BatchSize: 1_000_000}, "BatchSize must be between 1 and 10000"},
 			"BadStatusCode":        {Config{Lease: l, DegradedStatusCode: 42}, "DegradedStatusCode must be an HTTP status"},
+			"StatusCodeTooHigh":    {Config{Lease: l, DegradedStatusCode: 600}, "DegradedStatusCode must be an HTTP status"},
+			"BatchOneTooLarge":     {Config{Lease: l, BatchSize: maxBatchSize + 1}, "BatchSize must be between 1 and 10000"},
 			"ThreePartTable":       {Config{Lease: l, Table: "a.b.c"}, "must be table or schema.table"},
 			"ZeroMaxAttemptsAfter": {Config{Lease: l, MaxAttempts: -3}, "MaxAttempts must be at least 1"},
 		} {
