@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // The gate tests run in a synctest bubble with the original's defaults
@@ -349,6 +350,22 @@ func TestSweeps(t *testing.T) {
 		return b
 	}
 	ok := func(context.Context, lease.Term) error { return nil }
+
+	// A worker with a database but no handlers runs its sweeps and leaves
+	// the jobs table alone: it need not even exist.
+	t.Run("WithoutHandlersNeedNoJobsTable", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		w := newWorker(t, Config{Lease: newStubLease(lease.Leader), DSN: db.Postgres.DSN, PollInterval: time.Millisecond,
+			Sweeps: []Sweep{SweepFunc("s", ok)}})
+		start(t, w)
+		for range 3 {
+			rep := <-w.signals.cycled.C()
+			require.NoError(t, rep.Err)
+			require.True(t, rep.OK)
+		}
+		require.Zero(t, w.Stats().PollErrors)
+	})
 
 	t.Run("RunInOrderWithTheTerm", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
