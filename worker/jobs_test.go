@@ -289,19 +289,24 @@ func TestJobs(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": noop}})
-			id := b.enqueue(t, 1, "k")[0]
+			ids := b.enqueue(t, 2, "k")
+			id := ids[0]
 			ctx := context.Background()
-			first, err := b.worker.claim(ctx, leaderTerm, 1)
+			first, err := b.worker.claim(ctx, leaderTerm, 2)
 			require.NoError(t, err)
+			require.Len(t, first, 2)
 			_, err = b.conn.Exec(ctx, `UPDATE doublerun_jobs SET run_at = now() - interval '1 ms' WHERE id = $1`, id)
 			require.NoError(t, err)
 			second, err := b.worker.claim(ctx, leaderTerm, 1)
 			require.NoError(t, err)
 			require.Len(t, second, 1)
+			require.Equal(t, id, second[0].ID)
 
-			require.NoError(t, b.worker.complete(ctx, leaderTerm, first, []error{nil}))
+			// Of the first batch, only the job nobody reclaimed is recorded.
+			require.NoError(t, b.worker.complete(ctx, leaderTerm, first, []error{nil, nil}))
 			require.Equal(t, int64(1), b.worker.Stats().LostClaims)
-			require.Zero(t, b.worker.Stats().JobsCompleted)
+			require.Equal(t, int64(1), b.worker.Stats().JobsCompleted)
+			require.Equal(t, StateCompleted, b.job(t, ids[1]).State)
 			row := b.job(t, id)
 			require.Equal(t, StateRunning, row.State, "the newer claim owns the job")
 			require.Equal(t, 2, row.Attempt)
@@ -330,8 +335,13 @@ func TestJobs(t *testing.T) {
 			ids, err := b.worker.Enqueue(context.Background(), NewJob{Kind: "fail"})
 			require.NoError(t, err)
 			start(t, b.worker)
-			for b.worker.Stats().JobsDiscarded == 0 {
-				require.NoError(t, b.worker.signals.completed.Wait().Err)
+			for {
+				rep := b.worker.signals.completed.Wait()
+				require.NoError(t, rep.Err)
+				if rep.Discarded != 0 {
+					require.Equal(t, 1, rep.Discarded, "the completion that discarded the job says so")
+					break
+				}
 			}
 			b.worker.Stop()
 			require.Equal(t, int64(3), calls.Load())
