@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -63,6 +65,25 @@ func TestFencedMock(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.ErrorContains(t, err, "expires by itself after the TTL")
 		require.Less(t, waited, ttl, "the release waited past TTL - Margin")
+	})
+
+	// A fault drops the connection but keeps the term; a release that then
+	// cannot connect leaves the term to expire.
+	t.Run("ReleaseThatCannotConnectLeavesTheTermToExpire", func(t *testing.T) {
+		t.Parallel()
+		const ttl = time.Second
+		f, c, _ := setup(t, ttl, 0)
+		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1))
+		c.ExpectQuery(f.renew).WithArgs(name, holder, int64(1), ms(ttl)).WillReturnError(io.ErrUnexpectedEOF)
+		ctx := testCtx(t)
+		require.Equal(t, Leader, mustTry(t, ctx, f).Status)
+		require.Equal(t, Faulted, mustTry(t, ctx, f).Status)
+		require.True(t, c.isClosed(), "the fault dropped the connection")
+
+		f.connect = func(context.Context) (conn, error) { return nil, errors.New("connection refused") }
+		err := f.Release(ctx)
+		require.ErrorContains(t, err, "release token 1: connect: connection refused; the term expires by itself after the TTL")
+		require.Zero(t, f.term, "the term is forgotten all the same")
 	})
 
 	// Each transition is logged once: a renewal is not a new acquisition,
