@@ -360,7 +360,7 @@ func TestSweeps(t *testing.T) {
 			Sweeps: []Sweep{SweepFunc("s", ok)}})
 		start(t, w)
 		for range 3 {
-			rep := <-w.signals.cycled.C()
+			rep := w.signals.cycled.Wait()
 			require.NoError(t, rep.Err)
 			require.True(t, rep.OK)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/worker/internal/testsignal"
 )
 
 // endpoints runs fn once directly against Postgres and once through the
@@ -279,7 +280,11 @@ func TestJobs(t *testing.T) {
 			})}})
 			id := b.enqueue(t, 1, "k")[0]
 			start(t, b.worker)
-			<-running
+			select {
+			case <-running:
+			case <-time.After(testsignal.DefaultTimeout):
+				t.Fatal("the job never ran")
+			}
 			b.worker.Stop()
 			require.Equal(t, StateCompleted, b.job(t, id).State)
 		})
