@@ -54,7 +54,8 @@ mutation-guards:
 	$(GO) run ./cmd/doublerun mutation guards
 
 ## mutation: gremlins on lease and worker, gated per package against
-## testdata/mutation/baseline.json (mutation/run.sh; over an hour here).
+## testdata/mutation/baseline.json, on one shared stack (mutation/run.sh;
+## about 42 min here).
 mutation:
 	bash mutation/run.sh
 
