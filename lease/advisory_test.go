@@ -306,7 +306,7 @@ func TestAdvisory(t *testing.T) {
 		waitFor(t, 5*time.Second, "the new grant waits for the fenced write", func() (bool, error) {
 			var waiting bool
 			err := b.admin.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-				WHERE application_name = 'lease-b' AND wait_event_type = 'Lock')`).Scan(&waiting)
+				WHERE datname = current_database() AND application_name = 'lease-b' AND wait_event_type = 'Lock')`).Scan(&waiting)
 			return waiting, err
 		})
 		_, err = tx.Exec(b.ctx, "INSERT INTO leader_writes (token, what) VALUES ($1, 'last-old-write')", term.Term.Token)

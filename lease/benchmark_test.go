@@ -167,7 +167,7 @@ func failoverTrial(b *testing.B, ctx context.Context, admin *pgx.Conn, ep stack.
 		crash(ctx, leader)
 	case "KillBackend":
 		var pid int32
-		require.NoError(b, admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", name+"-a").Scan(&pid))
+		require.NoError(b, admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1", name+"-a").Scan(&pid))
 		terminate(b, ctx, admin, pid)
 	}
 	effective := time.Now()

@@ -358,7 +358,7 @@ func TestFenced(t *testing.T) {
 		waitFor(t, 5*time.Second, "the new grant waits for the fenced write", func() (bool, error) {
 			var waiting bool
 			err := b.admin.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-				WHERE application_name = 'fenced-b' AND wait_event_type = 'Lock')`).Scan(&waiting)
+				WHERE datname = current_database() AND application_name = 'fenced-b' AND wait_event_type = 'Lock')`).Scan(&waiting)
 			return waiting, err
 		})
 		_, err = tx.Exec(b.ctx, "INSERT INTO leader_writes (token, what) VALUES ($1, 'last-old-write')", term.Term.Token)
@@ -443,7 +443,7 @@ func TestFenced(t *testing.T) {
 		waitFor(t, 5*time.Second, "both grants queue for the row", func() (bool, error) {
 			var n int
 			err := b.admin.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE application_name IN ('fenced-b', 'fenced-c') AND wait_event_type = 'Lock'`).Scan(&n)
+				WHERE datname = current_database() AND application_name IN ('fenced-b', 'fenced-c') AND wait_event_type = 'Lock'`).Scan(&n)
 			return n == 2, err
 		})
 		require.NoError(t, blocker.Commit(b.ctx))
@@ -459,7 +459,7 @@ func TestFenced(t *testing.T) {
 		first := mustTry(t, b.ctx, l)
 		require.Equal(t, Leader, first.Status)
 		var pid int32
-		require.NoError(t, b.admin.QueryRow(b.ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'fenced-a'").Scan(&pid))
+		require.NoError(t, b.admin.QueryRow(b.ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'fenced-a'").Scan(&pid))
 		terminate(t, b.ctx, b.admin, pid)
 
 		res := mustTry(t, b.ctx, l)
