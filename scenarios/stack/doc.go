@@ -10,7 +10,8 @@
 //	auto      docker when a Docker engine answers, otherwise native
 //	docker    containers through testcontainers-go, on a private network
 //	native    postgres and pgbouncer binaries as child processes on loopback
-//	external  DSNs from DOUBLERUN_*_DSN variables (see `doublerun stack up`)
+//	external  DSNs from DOUBLERUN_*_DSN variables (see `doublerun stack up`);
+//	          a bouncer added to it runs as a local process, as with native
 //
 // A stack that cannot start fails with one error that names the fix. It
 // never skips: a test that silently skips its database is a test that
