@@ -44,6 +44,15 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 			rep, err = scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: t.TempDir()})
 		}
 	}
+	// A limitation that needs a race shows in most runs, not all: the
+	// backend-loss double-run needs the fault to land mid-piece and the
+	// follower to poll before that piece ends, which a loaded machine can
+	// miss. One run that shows it proves it; up to three are tried, and
+	// every miss is logged.
+	for try := 2; err == nil && missedReproduction(rep) && try <= reproduceTries; try++ {
+		t.Logf("run %d of at most %d did not reproduce the limitation (%s); running the cell again", try-1, reproduceTries, rep.Summary())
+		rep, err = scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: t.TempDir()})
+	}
 	require.NoError(t, err)
 	t.Log(rep.Summary())
 	t.Cleanup(func() {
@@ -59,6 +68,16 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 	require.Contains(t, kinds, oracle.EventFault)
 	require.Contains(t, kinds, oracle.EventHealed, "the fault recovered within the run")
 	return rep
+}
+
+// reproduceTries bounds the runs of a cell expected to reproduce a
+// limitation; see runCell.
+const reproduceTries = 3
+
+// missedReproduction reports a run that should have shown a limitation's
+// double-run and showed none.
+func missedReproduction(rep *scenarios.Report) bool {
+	return !rep.Verdict.Pass && rep.Verdict.Expect == scenarios.ExpectReproduces && rep.Metrics.DoubleRun.Episodes == 0
 }
 
 // dumpRun logs what a failed run did: its history and the end of each
