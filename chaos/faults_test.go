@@ -83,16 +83,21 @@ func TestKillLeader(t *testing.T) {
 	tg.leader.PID = cmd.Process.Pid
 
 	require.NoError(t, chaos.KillLeader.Inject(context.Background(), tg))
+	requireSignalled(t, exited, syscall.SIGKILL, "killed by SIGKILL", "the leader process is still running")
+	require.Equal(t, []string{"replica-killed r1"}, tg.Events(), "the kill is logged so its open work ends there")
+}
 
+// requireSignalled waits up to 5s for the process behind exited to end by
+// sig; why explains the signal, stillRunning the failure to end.
+func requireSignalled(t *testing.T, exited <-chan *exec.ExitError, sig syscall.Signal, why, stillRunning string) {
+	t.Helper()
 	select {
 	case ee := <-exited:
 		require.NotNil(t, ee)
-		ws := ee.Sys().(syscall.WaitStatus)
-		require.Equal(t, syscall.SIGKILL, ws.Signal(), "killed by SIGKILL")
+		require.Equal(t, sig, ee.Sys().(syscall.WaitStatus).Signal(), why)
 	case <-time.After(5 * time.Second):
-		t.Fatal("the leader process is still running")
+		t.Fatal(stillRunning)
 	}
-	require.Equal(t, []string{"replica-killed r1"}, tg.Events(), "the kill is logged so its open work ends there")
 }
 
 func TestFreezeLeader(t *testing.T) {
@@ -368,14 +373,7 @@ func TestGracefulHandover(t *testing.T) {
 	tg.leader.PID = cmd.Process.Pid
 
 	require.NoError(t, chaos.GracefulHandover.Inject(context.Background(), tg))
-
-	select {
-	case ee := <-exited:
-		require.NotNil(t, ee)
-		require.Equal(t, syscall.SIGTERM, ee.Sys().(syscall.WaitStatus).Signal(), "asked to stop with SIGTERM")
-	case <-time.After(5 * time.Second):
-		t.Fatal("Inject returned before the leader exited")
-	}
+	requireSignalled(t, exited, syscall.SIGTERM, "asked to stop with SIGTERM", "Inject returned before the leader exited")
 }
 
 func TestCatalogIsRegistered(t *testing.T) {

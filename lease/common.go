@@ -73,18 +73,25 @@ func quoteTable(name string) (string, error) {
 	return pgx.Identifier(parts).Sanitize(), nil
 }
 
-// createTable runs a CREATE TABLE IF NOT EXISTS. Two replicas migrating at
-// once can both pass the IF NOT EXISTS test and one then fails on the
-// catalog's unique index (23505), on the relation (42P07) or on the table's
-// row type (42710, seen when two advisory replicas start together); the
-// table exists either way, so that is success.
-func createTable(ctx context.Context, db Execer, ddl string) error {
-	_, err := db.Exec(ctx, ddl)
+// LostCreateRace reports whether err is how the loser of two replicas
+// running the same CREATE TABLE IF NOT EXISTS at once fails: both pass the
+// IF NOT EXISTS test, and one then fails on the catalog's unique index
+// (23505), on the relation (42P07) or on the table's row type (42710, seen
+// when two advisory replicas start together). The table exists either way,
+// so migrations that run beside the lease's, such as worker.Migrate, treat
+// it as success too.
+func LostCreateRace(err error) bool {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710") {
-		return nil
+	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710")
+}
+
+// createTable runs a CREATE TABLE IF NOT EXISTS; losing the race to a
+// replica migrating at the same moment is success.
+func createTable(ctx context.Context, db Execer, ddl string) error {
+	if _, err := db.Exec(ctx, ddl); err != nil && !LostCreateRace(err) {
+		return err
 	}
-	return err
+	return nil
 }
 
 // fence checks, inside the caller's transaction tx, that term is the newest

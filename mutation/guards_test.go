@@ -4,13 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/mutation/mutationtest"
 )
 
 // The fixture module under testdata/fixture is a module of its own (the go
@@ -113,8 +113,8 @@ func TestRunGuardsCancelLeavesNothingBehind(t *testing.T) {
 		})
 		done <- ret{r, err}
 	}()
-	pid := waitForPID(t, pidfile)
-	require.True(t, alive(pid), "test binary %d is running", pid)
+	pid := mutationtest.WaitForPID(t, pidfile)
+	require.True(t, mutationtest.Alive(pid), "test binary %d is running", pid)
 	cancel()
 	cancelled := time.Now()
 	select {
@@ -125,35 +125,8 @@ func TestRunGuardsCancelLeavesNothingBehind(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("RunGuards did not return after cancel")
 	}
-	require.False(t, alive(pid), "test binary %d outlived the cancel", pid)
+	require.False(t, mutationtest.Alive(pid), "test binary %d outlived the cancel", pid)
 	assertEmptyDir(t, tmp)
-}
-
-func waitForPID(t *testing.T, file string) int {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		if data, err := os.ReadFile(file); err == nil && len(data) > 0 {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-			require.NoError(t, err)
-			return pid
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no test binary wrote %s", file)
-	return 0
-}
-
-// alive reports whether pid is a live process; a zombie is not.
-func alive(pid int) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name.
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
 
 func assertEmptyDir(t *testing.T, dir string) {

@@ -122,19 +122,10 @@ CREATE TABLE IF NOT EXISTS %[1]s (
 );
 CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (run_at, id) WHERE state IN ('available', 'running');
 `, t, index, DefaultMaxAttempts)
-	if _, err := db.Exec(ctx, sql); err != nil && !lostMigrationRace(err) {
+	if _, err := db.Exec(ctx, sql); err != nil && !lease.LostCreateRace(err) {
 		return fmt.Errorf("worker: migrate jobs table %s: %w", t, err)
 	}
 	return nil
-}
-
-// lostMigrationRace reports whether err is how the loser of two replicas
-// migrating at once fails: both pass IF NOT EXISTS, and one then fails on
-// the catalog's unique index (23505), on the relation (42P07) or on the
-// table's row type (42710). The table exists either way.
-func lostMigrationRace(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710")
 }
 
 // Enqueue inserts jobs into table (DefaultTable if empty) in one statement

@@ -576,10 +576,8 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("ReturnsIDsInOrderAndFillsDefaults", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
-		conn := stacktest.Connect(t, db.Postgres)
+		conn := migratedConn(t)
 		ctx := context.Background()
-		require.NoError(t, Migrate(ctx, conn, ""))
 		jobs := make([]NewJob, 50)
 		for i := range jobs {
 			jobs[i] = NewJob{Kind: fmt.Sprintf("k%02d", i)}
@@ -598,10 +596,8 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("CapsMaxAttemptsAtTheColumnsRange", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
-		conn := stacktest.Connect(t, db.Postgres)
+		conn := migratedConn(t)
 		ctx := context.Background()
-		require.NoError(t, Migrate(ctx, conn, ""))
 		ids, err := Enqueue(ctx, conn, "", NewJob{Kind: "k", MaxAttempts: math.MaxInt})
 		require.NoError(t, err)
 		var maxAttempts int64
@@ -687,6 +683,14 @@ func TestMigrate(t *testing.T) {
 			`SELECT count(*) FROM pg_indexes WHERE schemaname = 'app' AND tablename = 'jobs' AND indexname = 'jobs_due'`).Scan(&indexes))
 		require.Equal(t, 1, indexes)
 	})
+}
+
+// migratedConn connects to a fresh database with the default jobs table.
+func migratedConn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	conn := stacktest.Connect(t, stacktest.NewDB(t).Postgres)
+	require.NoError(t, Migrate(context.Background(), conn, ""))
+	return conn
 }
 
 // failingExec is a DB whose Exec fails with err; Migrate uses nothing else.

@@ -11,12 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/mutation/mutationtest"
 
 	"github.com/doublerun/doublerun/mutation"
 )
@@ -150,8 +151,8 @@ func TestMutationGuardsInterruptLeavesNothingBehind(t *testing.T) {
 			"--manifest", filepath.Join(fixtureGuards, "block.guards.json"))
 		done <- ret{code, err}
 	}()
-	pid := waitForFile(t, pidfile)
-	require.True(t, processAlive(pid))
+	pid := mutationtest.WaitForPID(t, pidfile)
+	require.True(t, mutationtest.Alive(pid))
 	cancel()
 	select {
 	case r := <-done:
@@ -160,7 +161,7 @@ func TestMutationGuardsInterruptLeavesNothingBehind(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("mutation guards did not return after its context ended")
 	}
-	require.False(t, processAlive(pid), "test binary %d outlived the interrupt", pid)
+	require.False(t, mutationtest.Alive(pid), "test binary %d outlived the interrupt", pid)
 	entries, err := os.ReadDir(tmp)
 	require.NoError(t, err)
 	require.Empty(t, entries, "left behind in TMPDIR")
@@ -242,30 +243,4 @@ func TestMutationGate(t *testing.T) {
 			require.ErrorContains(t, err, tc.err, "%v", tc.args)
 		}
 	})
-}
-
-func waitForFile(t *testing.T, file string) int {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		if data, err := os.ReadFile(file); err == nil && len(data) > 0 {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-			require.NoError(t, err)
-			return pid
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no test binary wrote %s", file)
-	return 0
-}
-
-// processAlive reports whether pid is a live process; a zombie is not.
-func processAlive(pid int) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
