@@ -51,8 +51,6 @@ type AdvisoryConfig struct {
 
 const (
 	defaultName            = "doublerun"
-	defaultKey1            = 271
-	defaultKey2            = 1
 	defaultApplicationName = "doublerun-leader-lease"
 	defaultProbeTimeout    = 5 * time.Second
 	defaultTokenTable      = "doublerun_lease_tokens"
@@ -72,8 +70,8 @@ const (
 func (c AdvisoryConfig) withDefaults() AdvisoryConfig {
 	c.Name = cmp.Or(c.Name, defaultName)
 	c.Holder = cmp.Or(c.Holder, defaultHolder())
-	c.Key1 = cmp.Or(c.Key1, defaultKey1)
-	c.Key2 = cmp.Or(c.Key2, defaultKey2)
+	c.Key1 = cmp.Or(c.Key1, DefaultAdvisoryLock.Key1)
+	c.Key2 = cmp.Or(c.Key2, DefaultAdvisoryLock.Key2)
 	c.ApplicationName = cmp.Or(c.ApplicationName, defaultApplicationName)
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, defaultProbeTimeout)
 	c.TokenTable = cmp.Or(c.TokenTable, defaultTokenTable)
@@ -132,8 +130,9 @@ type Advisory struct {
 }
 
 var (
-	_ Lease  = (*Advisory)(nil)
-	_ Fencer = (*Advisory)(nil)
+	_ Lease      = (*Advisory)(nil)
+	_ Fencer     = (*Advisory)(nil)
+	_ LockHolder = (*Advisory)(nil)
 )
 
 // NewAdvisory validates cfg, checks the endpoint with CheckEndpoint and
@@ -239,6 +238,11 @@ func (a *Advisory) BackendPID() int32 {
 		return 0
 	}
 	return a.pid
+}
+
+// AdvisoryLock implements LockHolder: the lock's keys, Key1 and Key2.
+func (a *Advisory) AdvisoryLock() AdvisoryLock {
+	return AdvisoryLock{Key1: a.cfg.Key1, Key2: a.cfg.Key2}
 }
 
 // Endpoint is the report of the endpoint check NewAdvisory ran.

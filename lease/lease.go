@@ -71,6 +71,36 @@ type Lease interface {
 	Close(ctx context.Context) error
 }
 
+// Acquirer is implemented by leases that can wait for leadership instead of
+// asking once per poll. Acquire reports what TryAcquire would, except that
+// a follower waits, for at most a bound the lease documents, for the lease
+// to come free, and is Leader at once when it does. A wait that ends
+// without the lease is Follower; a wait that fails is Faulted; the error
+// is non-nil only when ctx ended. The worker calls Acquire instead of
+// TryAcquire when its lease implements Acquirer.
+type Acquirer interface {
+	Acquire(ctx context.Context) (Result, error)
+}
+
+// AdvisoryLock is the key pair of a two-key session advisory lock, as in
+// pg_try_advisory_lock(Key1, Key2). pg_locks shows it with locktype
+// 'advisory', classid = Key1, objid = Key2 and objsubid = 2.
+type AdvisoryLock struct {
+	Key1, Key2 int32
+}
+
+// DefaultAdvisoryLock is the original's lock: pg_try_advisory_lock(271, 1).
+var DefaultAdvisoryLock = AdvisoryLock{Key1: 271, Key2: 1}
+
+// LockHolder is implemented by leases whose leadership is a session
+// advisory lock held by one Postgres backend. A runner that watches
+// pg_locks finds the lock by AdvisoryLock; BackendPID is the backend that
+// took it, or 0 while the lease does not hold it.
+type LockHolder interface {
+	AdvisoryLock() AdvisoryLock
+	BackendPID() int32
+}
+
 // Fencer is implemented by leases whose tokens can be checked where a write
 // lands. Fence must run inside the caller's transaction tx, on the database
 // that holds the lease's tokens; it returns ErrStaleToken when a newer term
