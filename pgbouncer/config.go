@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -44,6 +46,10 @@ type Database struct {
 	DBName string
 	// PoolSize overrides Config.DefaultPoolSize for this entry when > 0.
 	PoolSize int
+	// PoolMode overrides Config.PoolMode for this entry's pools; empty
+	// inherits it. A pool mode in Config.UserPoolModes wins over both (see
+	// [Config.EffectivePoolMode]).
+	PoolMode PoolMode
 }
 
 // Config describes one PgBouncer instance. The zero value of each field
@@ -61,6 +67,10 @@ type Config struct {
 	DefaultPoolSize int      // default 20
 	MaxClientConn   int      // default 1000
 	AdminUsers      []string // users allowed on the admin console
+
+	// UserPoolModes is PgBouncer's [users] section: a pool mode per user
+	// name, for every pool of that user whatever the database.
+	UserPoolModes map[string]PoolMode
 
 	// IgnoreStartupParameters defaults to extra_float_digits, which common
 	// drivers send and PgBouncer otherwise rejects.
@@ -121,6 +131,21 @@ func (c Config) Validate() error {
 		if d.Name == "" || d.Host == "" || d.Port <= 0 {
 			errs = append(errs, fmt.Errorf("database %q needs a name, a host and a port", d.Name))
 		}
+		if !plainWord(d.Name) || !plainWord(d.DBName) || !plainWord(d.Host) {
+			errs = append(errs, fmt.Errorf("database %q: names and hosts cannot contain spaces, quotes, '=', ';' or '#'", d.Name))
+		}
+		if d.PoolMode != "" && !d.PoolMode.valid() {
+			errs = append(errs, fmt.Errorf("database %q: pool mode %q not supported; use session, transaction or statement, or leave it empty to inherit pool_mode", d.Name, d.PoolMode))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.UserPoolModes)) {
+		mode := c.UserPoolModes[name]
+		if name == "" || !plainWord(name) {
+			errs = append(errs, fmt.Errorf("user pool mode for %q: a user name must be non-empty, without spaces, quotes, '=', ';' or '#'", name))
+		}
+		if !mode.valid() {
+			errs = append(errs, fmt.Errorf("user %q: pool mode %q not supported; use session, transaction or statement, or remove the entry to inherit", name, mode))
+		}
 	}
 	if c.AuthFile == "" {
 		errs = append(errs, errors.New("auth file path is empty"))
@@ -130,9 +155,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("auth type %q not supported; use md5 or scram-sha-256", c.AuthType))
 	}
-	switch c.PoolMode {
-	case PoolSession, PoolTransaction, PoolStatement:
-	default:
+	if !c.PoolMode.valid() {
 		errs = append(errs, fmt.Errorf("pool mode %q not supported; use session, transaction or statement", c.PoolMode))
 	}
 	for _, u := range c.Users {
@@ -167,7 +190,23 @@ func (c Config) Ini() (string, error) {
 		if d.PoolSize > 0 {
 			fmt.Fprintf(&b, " pool_size=%d", d.PoolSize)
 		}
+		// Guard: without its pool_mode a session-mode lease name would be
+		// pooled like the work, and two replicas' locks would meet on one
+		// backend. Caught by TestOneBouncerServesSessionAndTransactionNames/
+		// SessionNameKeepsItsBackendAndItsLock.
+		if d.PoolMode != "" {
+			fmt.Fprintf(&b, " pool_mode=%s", d.PoolMode)
+		}
 		b.WriteString("\n")
+	}
+	// Guard: a user given session pooling for its lease would otherwise
+	// get the database's or the global mode. Caught by
+	// TestUserPoolModeWinsOverDatabasePoolMode.
+	if len(c.UserPoolModes) > 0 {
+		b.WriteString("\n[users]\n")
+		for _, name := range slices.Sorted(maps.Keys(c.UserPoolModes)) {
+			fmt.Fprintf(&b, "%s = pool_mode=%s\n", name, c.UserPoolModes[name])
+		}
 	}
 	b.WriteString("\n[pgbouncer]\n")
 	kv := func(k string, v any) { fmt.Fprintf(&b, "%s = %v\n", k, v) }
@@ -206,6 +245,29 @@ func (c Config) Ini() (string, error) {
 	return b.String(), nil
 }
 
+// EffectivePoolMode is the pool mode PgBouncer gives the pool of user on
+// database, by its own precedence: the user's entry in UserPoolModes, then
+// the database's entry (the "*" entry for a database not listed), then
+// Config.PoolMode. TestPoolModePerDatabaseReachesPgBouncer and
+// TestUserPoolModeWinsOverDatabasePoolMode check that order against a
+// running PgBouncer.
+func (c Config) EffectivePoolMode(database, user string) PoolMode {
+	c = c.withDefaults()
+	if m := c.UserPoolModes[user]; m != "" {
+		return m
+	}
+	var fallback PoolMode
+	for _, d := range c.Databases {
+		switch d.Name {
+		case database:
+			return cmp.Or(d.PoolMode, c.PoolMode)
+		case "*":
+			fallback = d.PoolMode
+		}
+	}
+	return cmp.Or(fallback, c.PoolMode)
+}
+
 // Userlist renders userlist.txt. Passwords are written in plain text:
 // PgBouncer needs the plain password (or a SCRAM secret captured from a
 // SCRAM client login) to log in to a server that stores SCRAM verifiers.
@@ -216,6 +278,18 @@ func (c Config) Userlist() string {
 	}
 	return b.String()
 }
+
+func (m PoolMode) valid() bool {
+	switch m {
+	case PoolSession, PoolTransaction, PoolStatement:
+		return true
+	}
+	return false
+}
+
+// plainWord reports whether s can stand unquoted as an ini key or as a
+// value in a [databases] connection string.
+func plainWord(s string) bool { return !strings.ContainsAny(s, " \t\r\n\"'=;#\\") }
 
 func boolInt(v bool) int {
 	if v {

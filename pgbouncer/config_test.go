@@ -17,11 +17,20 @@ func validConfig() Config {
 	}
 }
 
+// requireLines checks that each of want is a whole line of ini.
+func requireLines(t *testing.T, ini string, want ...string) {
+	t.Helper()
+	lines := strings.Split(ini, "\n")
+	for _, line := range want {
+		require.Contains(t, lines, line)
+	}
+}
+
 func TestIniRendersDefaults(t *testing.T) {
 	t.Parallel()
 	ini, err := validConfig().Ini()
 	require.NoError(t, err)
-	for _, line := range []string{
+	requireLines(t, ini,
 		"* = host=postgres port=5432",
 		"listen_addr = 127.0.0.1",
 		"listen_port = 6432",
@@ -32,9 +41,7 @@ func TestIniRendersDefaults(t *testing.T) {
 		"ignore_startup_parameters = extra_float_digits",
 		"server_reset_query = DISCARD ALL",
 		"server_reset_query_always = 0",
-	} {
-		require.Contains(t, strings.Split(ini, "\n"), line)
-	}
+	)
 	require.NotContains(t, ini, "max_prepared_statements")
 	require.NotContains(t, ini, "server_lifetime")
 }
@@ -57,8 +64,7 @@ func TestIniRendersEveryField(t *testing.T) {
 	c.Version = "1.21.0"
 	ini, err := c.Ini()
 	require.NoError(t, err)
-	lines := strings.Split(ini, "\n")
-	for _, line := range []string{
+	requireLines(t, ini,
 		"app = host=db port=5433 dbname=real pool_size=3",
 		"auth_type = md5",
 		"admin_users = admin,ops",
@@ -71,11 +77,67 @@ func TestIniRendersEveryField(t *testing.T) {
 		"server_lifetime = 60",
 		"server_idle_timeout = 30",
 		"max_prepared_statements = 100",
-	} {
-		require.Contains(t, lines, line)
-	}
+	)
 	// The fallback entry comes last so named databases win.
 	require.Less(t, strings.Index(ini, "app = "), strings.Index(ini, "* = "))
+}
+
+func TestIniRendersPoolModePerDatabaseAndUser(t *testing.T) {
+	t.Parallel()
+	c := validConfig()
+	c.PoolMode = PoolTransaction
+	c.Databases = append(c.Databases,
+		Database{Name: "app_lease", Host: "db", Port: 5432, DBName: "app", PoolSize: 2, PoolMode: PoolSession},
+		Database{Name: "app", Host: "db", Port: 5432, PoolMode: PoolTransaction},
+		Database{Name: "plain", Host: "db", Port: 5432},
+	)
+	c.UserPoolModes = map[string]PoolMode{"ops": PoolStatement, "leader": PoolSession}
+	ini, err := c.Ini()
+	require.NoError(t, err)
+	requireLines(t, ini,
+		"app_lease = host=db port=5432 dbname=app pool_size=2 pool_mode=session",
+		"app = host=db port=5432 pool_mode=transaction",
+		"plain = host=db port=5432",
+		"pool_mode = transaction",
+	)
+	// [users] follows [databases], one sorted line a user, before [pgbouncer].
+	require.Contains(t, ini, "[users]\nleader = pool_mode=session\nops = pool_mode=statement\n\n[pgbouncer]\n")
+	require.Less(t, strings.Index(ini, "* = "), strings.Index(ini, "[users]"))
+
+	c.UserPoolModes = nil
+	ini, err = c.Ini()
+	require.NoError(t, err)
+	require.NotContains(t, ini, "[users]", "no section without entries")
+}
+
+func TestEffectivePoolModeFollowsPgBouncerPrecedence(t *testing.T) {
+	t.Parallel()
+	c := Config{
+		PoolMode: PoolTransaction,
+		Databases: []Database{
+			{Name: "app_lease", PoolMode: PoolSession},
+			{Name: "app"},
+			{Name: "*", PoolMode: PoolStatement},
+		},
+		UserPoolModes: map[string]PoolMode{"leader": PoolSession},
+	}
+	for _, tc := range []struct {
+		name, database, user string
+		want                 PoolMode
+	}{
+		{"DatabaseModeWinsOverGlobal", "app_lease", "worker", PoolSession},
+		{"DatabaseWithoutModeInheritsGlobal", "app", "worker", PoolTransaction},
+		{"UnlistedDatabaseTakesTheFallbackEntry", "other", "worker", PoolStatement},
+		{"UserModeWinsOverDatabase", "app", "leader", PoolSession},
+		{"UserModeWinsOverFallback", "other", "leader", PoolSession},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, c.EffectivePoolMode(tc.database, tc.user))
+		})
+	}
+	require.Equal(t, PoolSession, Config{Databases: []Database{{Name: "app"}}}.EffectivePoolMode("other", "u"),
+		"no fallback entry and no global mode: PgBouncer's default, session")
 }
 
 func TestValidateRejects(t *testing.T) {
@@ -91,6 +153,20 @@ func TestValidateRejects(t *testing.T) {
 		{"NoAuthFile", func(c *Config) { c.AuthFile = "" }, "auth file path is empty"},
 		{"TrustAuth", func(c *Config) { c.AuthType = "trust" }, `auth type "trust" not supported`},
 		{"UnknownPoolMode", func(c *Config) { c.PoolMode = "sticky" }, `pool mode "sticky" not supported`},
+		{"UnknownDatabasePoolMode", func(c *Config) { c.Databases[0].PoolMode = "sesion" },
+			`database "*": pool mode "sesion" not supported; use session, transaction or statement, or leave it empty`},
+		{"UnknownUserPoolMode", func(c *Config) { c.UserPoolModes = map[string]PoolMode{"app": "Transaction"} },
+			`user "app": pool mode "Transaction" not supported`},
+		{"EmptyUserPoolMode", func(c *Config) { c.UserPoolModes = map[string]PoolMode{"app": ""} },
+			`user "app": pool mode "" not supported; use session, transaction or statement, or remove the entry`},
+		{"EmptyUserName", func(c *Config) { c.UserPoolModes = map[string]PoolMode{"": PoolSession} },
+			`user pool mode for "": a user name must be non-empty`},
+		{"UserNameWithEquals", func(c *Config) { c.UserPoolModes = map[string]PoolMode{"a=b": PoolSession} },
+			`user pool mode for "a=b"`},
+		{"DatabaseNameWithSpace", func(c *Config) { c.Databases[0].Name = "my db" },
+			`database "my db": names and hosts cannot contain spaces`},
+		{"DBNameInjectingAKey", func(c *Config) { c.Databases[0].DBName = "x pool_mode=session" },
+			`database "*": names and hosts cannot contain spaces`},
 		{"UserWithoutPassword", func(c *Config) { c.Users[0].Password = "" }, `user "app" needs a name and a password`},
 		{"QuoteInPassword", func(c *Config) { c.Users[0].Password = `a"b` }, "cannot contain quotes"},
 		{"PreparedStatementsOn118", func(c *Config) { c.MaxPreparedStatements = 10; c.Version = "1.18.0" },
