@@ -30,6 +30,9 @@
 // Postgres, so tests can create a database of their own and reach it through
 // every endpoint with [Endpoint.WithDatabase]. PgBouncer keeps one pool per
 // database and user, so a pool size applies to each database separately.
+// A bouncer added with [Stack.AddPgBouncer] keeps the database entries its
+// config names, beside the "*" entry, so it can serve one database under
+// several names with a pool mode and size each.
 //
 // # Docker image contract
 //

@@ -140,7 +140,7 @@ func (b *dockerBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 	cfg.ListenAddr = "0.0.0.0"
 	cfg.ListenPort = bouncerPort
 	cfg.AuthFile = bouncerUsers
-	cfg.Databases = []pgbouncer.Database{{Name: "*", Host: pgAlias, Port: pgPort}}
+	cfg.Databases = bouncerDatabases(cfg.Databases, pgAlias, pgPort)
 	ini, err := cfg.Ini()
 	if err != nil {
 		return nil, "", 0, err

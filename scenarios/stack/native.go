@@ -205,7 +205,7 @@ func (b *nativeBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 	cfg.ListenAddr = "127.0.0.1"
 	cfg.ListenPort = port
 	cfg.AuthFile = filepath.Join(b.dir, name+".userlist.txt")
-	cfg.Databases = []pgbouncer.Database{{Name: "*", Host: b.pgHost, Port: b.pgPort}}
+	cfg.Databases = bouncerDatabases(cfg.Databases, b.pgHost, b.pgPort)
 	cfg.Version = b.version(ctx)
 	ini, err := cfg.Ini()
 	if err != nil {

@@ -144,9 +144,10 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 }
 
 // AddPgBouncer starts another PgBouncer in front of the stack's Postgres.
-// The stack fills in cfg's listen address and port, databases, users and
-// auth file; everything else (pool mode and size, reset query, lifetimes,
-// ...) comes from cfg.
+// The stack fills in cfg's listen address and port, users and auth file.
+// It keeps cfg's databases, forwarding those without a host or port to its
+// Postgres, and adds the "*" entry unless cfg has one. Everything else (pool
+// mode and size, reset query, lifetimes, ...) comes from cfg.
 func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Config) (Endpoint, error) {
 	if s.backend == nil {
 		return Endpoint{}, fmt.Errorf("add pgbouncer %q: %w; use the docker or native provider", name, ErrNotSupported)
