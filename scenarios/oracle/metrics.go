@@ -207,20 +207,29 @@ func edges(ivs []Interval) []edge {
 // different replicas are open, and the most open at once. A replica's own
 // intervals never overlap each other in a well-behaved replica; if they do,
 // they are merged first so a replica cannot double-run with itself.
+//
+// The depth is judged once per instant, after all of its edges: when one
+// replica stops at the very instant another starts while a third works on,
+// two replicas work throughout, and that is one episode, not two.
 func overlaps(ivs []Interval) (Window, int) {
 	var w Window
-	depth, most := 0, 0
+	depth, most, settled := 0, 0, 0
 	var open time.Time
-	for _, e := range edges(mergePerReplica(ivs)) {
-		before := depth
+	es := edges(mergePerReplica(ivs))
+	for i, e := range es {
 		depth += e.delta
 		most = max(most, depth)
-		switch {
-		case before < 2 && depth >= 2:
+		if i+1 < len(es) && es[i+1].at.Equal(e.at) {
+			continue
+		}
+		wasDouble, isDouble := settled >= 2, depth >= 2
+		if isDouble && !wasDouble {
 			open = e.at
-		case before >= 2 && depth < 2:
+		}
+		if wasDouble && !isDouble {
 			w.add(open, e.at)
 		}
+		settled = depth
 	}
 	return w, most
 }
