@@ -255,7 +255,9 @@ func gaps(ivs []Interval, start, end time.Time, tolerance time.Duration) Window 
 	depth := 0
 	idleSince := start
 	for _, e := range es {
-		if depth == 0 && e.delta > 0 && e.at.Sub(idleSince) > tolerance {
+		// With no work open the next edge is a start (clip drops empty
+		// and reversed intervals): the idle stretch ends here.
+		if depth == 0 && e.at.Sub(idleSince) > tolerance {
 			w.add(idleSince, e.at)
 		}
 		depth += e.delta
@@ -359,8 +361,8 @@ func failover(h History, ivs []Interval) *Duration {
 	}
 	var newest int64
 	for _, g := range h.Grants {
-		if !g.At.After(fault) && g.Token > newest {
-			newest = g.Token
+		if !g.At.After(fault) {
+			newest = max(newest, g.Token)
 		}
 	}
 	var first time.Time

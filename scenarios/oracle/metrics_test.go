@@ -71,6 +71,10 @@ func TestAnalyzeLeaderless(t *testing.T) {
 			History{Start: at(0), End: at(1000), Intervals: []Interval{iv("a", 1, 200, 800)}}, 50 * time.Millisecond, 2, ms(400), ms(200)},
 		{"NoWorkAtAllIsAllLeaderless",
 			History{Start: at(0), End: at(1000)}, 50 * time.Millisecond, 1, ms(1000), ms(1000)},
+		{"GapOfExactlyTheToleranceIsLeadership",
+			History{Start: at(0), End: at(300), Intervals: []Interval{iv("a", 1, 0, 100), iv("b", 2, 150, 250)}}, 50 * time.Millisecond, 0, 0, 0},
+		{"NegativeToleranceCountsEveryGapButNoEmptyOne",
+			History{Start: at(0), End: at(300), Intervals: []Interval{iv("a", 1, 0, 100), iv("b", 2, 100, 200), iv("a", 3, 201, 300)}}, -time.Millisecond, 1, ms(1), ms(1)},
 		{"OverlapsAreNotGaps",
 			History{Intervals: []Interval{iv("a", 1, 0, 100), iv("b", 2, 50, 300), iv("a", 3, 350, 400)}}, 10 * time.Millisecond, 1, ms(50), ms(50)},
 	} {
@@ -111,22 +115,63 @@ func TestAnalyzeStaleWrites(t *testing.T) {
 	require.Equal(t, 2, m.LeadershipChanges)
 }
 
+func TestAnalyzeTerms(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		grants  []Grant
+		terms   int
+		changes int
+	}{
+		{"NoGrantsNoTerms", nil, 0, 0},
+		{"OneHolderNeverChanges", []Grant{{"a", 1, at(0)}, {"a", 2, at(100)}}, 2, 0},
+		// Tokens are not always granted in time order: a replica can log
+		// its grant late. The holder sequence is the one in time.
+		{"ChangesFollowTimeNotTokens", []Grant{{"b", 2, at(200)}, {"a", 3, at(100)}, {"a", 1, at(0)}}, 3, 1},
+		{"GrantsAtOneInstantGoInTokenOrder", []Grant{{"a", 1, at(0)}, {"b", 3, at(100)}, {"a", 2, at(100)}}, 3, 1},
+		{"ATokenGrantedTwiceIsOneTerm", []Grant{{"a", 1, at(0)}, {"b", 1, at(100)}}, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := Analyze(History{Grants: tc.grants}, Options{})
+			require.Equal(t, tc.terms, m.Terms, "terms")
+			require.Equal(t, tc.changes, m.LeadershipChanges, "leadership changes")
+		})
+	}
+}
+
 func TestAnalyzeFailoverLatency(t *testing.T) {
 	t.Parallel()
-	h := History{
-		Grants:    []Grant{{"a", 1, at(0)}, {"b", 2, at(1200)}},
-		Intervals: []Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)},
-		Events:    []Event{{Kind: EventFault, Replica: "a", At: at(1000)}},
+	fault := func(ms int) Event { return Event{Kind: EventFault, Replica: "a", At: at(ms)} }
+	grants := []Grant{{"a", 1, at(0)}, {"b", 2, at(1200)}}
+	for _, tc := range []struct {
+		name      string
+		intervals []Interval
+		events    []Event
+		want      *Duration // nil: no failover
+	}{
+		{"FromTheFaultToTheNewTermsWork",
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1000)}, new(ms(250))},
+		{"NoFaultNoFailover",
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, nil, nil},
+		{"NoTermGrantedAfterTheFaultNoFailover",
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1500)}, nil},
+		// The old leader working on under its token is not the service
+		// coming back.
+		{"WorkUnderTheOldTermIsNoFailover",
+			[]Interval{iv("a", 1, 0, 1000), iv("a", 1, 1100, 1150), iv("b", 2, 1250, 2000)}, []Event{fault(1000)}, new(ms(250))},
+		{"TheFirstFaultCounts",
+			[]Interval{iv("a", 1, 0, 900), iv("b", 2, 1250, 2000)},
+			[]Event{{Kind: EventHealed, At: at(500)}, fault(1100), fault(1000)}, new(ms(250))},
+		{"TheEarliestNewWorkCounts",
+			[]Interval{iv("a", 1, 0, 1000), iv("c", 3, 1400, 2000), iv("b", 2, 1250, 1300)}, []Event{fault(1000)}, new(ms(250))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := Analyze(History{Grants: grants, Intervals: tc.intervals, Events: tc.events}, Options{})
+			require.Equal(t, tc.want, m.FailoverLatency)
+		})
 	}
-	m := Analyze(h, Options{})
-	require.NotNil(t, m.FailoverLatency)
-	require.Equal(t, ms(250), *m.FailoverLatency)
-
-	h.Events = nil
-	require.Nil(t, Analyze(h, Options{}).FailoverLatency, "no fault, no failover")
-
-	h.Events = []Event{{Kind: EventFault, At: at(1500)}}
-	require.Nil(t, Analyze(h, Options{}).FailoverLatency, "no term granted after the fault")
 }
 
 func TestDurationJSONRoundTrips(t *testing.T) {
