@@ -16,7 +16,9 @@
 //
 //	  - The double-run window is the time during which two or more replicas
 //	    did leader work at the same instant, with its episodes and the longest.
-//	    A replica's own overlapping intervals are merged first.
+//	    A replica's own overlapping intervals are merged first. An episode
+//	    is a maximal stretch: one replica stopping at the instant another
+//	    starts, while a third works on, does not end it.
 //	  - The leaderless window is the time inside the measured span covered by
 //	    no work, counting only gaps longer than the tolerance (a leader's own
 //	    pause between cycles is not leaderlessness).
@@ -26,4 +28,9 @@
 //	    the newest granted at that moment; a rejected one is the fence working.
 //
 // Reports carry the raw History, so anyone can recompute the figures.
+//
+// A wrong window is a wrong verdict, so the windows are checked against
+// brute force (a count of working replicas per millisecond over random
+// histories), and the package has a floor in the mutation gate's baseline.
+// Those tests need no server: the figures are arithmetic over a History.
 package oracle
