@@ -10,10 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/doublerun/doublerun/scenarios"
-	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
 // Result is one cell's outcome.
@@ -93,7 +90,7 @@ func runCell(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptio
 		r.Err = fmt.Errorf("scenario %s produced no report", sc.Name)
 	}
 	if ctx.Err() == nil {
-		r.Notes = RepairStack(ctx, opts.Stack)
+		r.Notes = opts.Stack.Repair(ctx)
 	}
 	return r
 }
@@ -194,58 +191,6 @@ func WriteSummary(dir string, results []Result, wall time.Duration) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "summary.md"), []byte(Summary(results, wall)), 0o644)
-}
-
-// RepairStack checks that the servers every run on s shares (Postgres and
-// the session and transaction bouncers) answer, starts again any that does
-// not, and says what it found; nothing when all answer. PgBouncer 1.18 can
-// crash on a cancel request (see "Findings"), and one crashed bouncer
-// would fail every run after it.
-func RepairStack(ctx context.Context, s *stack.Stack) []string {
-	var notes []string
-	for _, name := range []string{stack.PostgresName, stack.SessionName, stack.TransactionName} {
-		ep, ok := s.Endpoint(name)
-		if !ok {
-			continue
-		}
-		err := ping(ctx, ep)
-		if err == nil {
-			continue
-		}
-		if s.Provider() == stack.ProviderExternal {
-			notes = append(notes, fmt.Sprintf("%s does not answer (%s); the external provider cannot start it again", name, firstLine(err)))
-			continue
-		}
-		var serr error
-		if ep.Direct() {
-			serr = s.StartPostgres(ctx)
-		} else {
-			serr = s.StartPgBouncer(ctx, name)
-		}
-		if serr != nil {
-			notes = append(notes, fmt.Sprintf("%s did not answer (%s) and could not be started again: %s", name, firstLine(err), firstLine(serr)))
-			continue
-		}
-		notes = append(notes, fmt.Sprintf("%s did not answer (%s); started it again", name, firstLine(err)))
-	}
-	return notes
-}
-
-func ping(ctx context.Context, ep stack.Endpoint) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cfg, err := pgx.ParseConfig(ep.DSN)
-	if err != nil {
-		return err
-	}
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = conn.Exec(ctx, "SELECT 1")
-	return err
 }
 
 func firstLine(err error) string {

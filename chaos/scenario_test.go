@@ -39,7 +39,7 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 	} else if err != nil {
 		// Finding 6: a shared PgBouncer 1.18 can crash on a cancel
 		// request from any test; if one did, start it again and rerun.
-		if notes := chaos.RepairStack(ctx, s); len(notes) > 0 {
+		if notes := s.Repair(ctx); len(notes) > 0 {
 			t.Logf("the run failed (%v) with the stack broken: %s; running the cell again", firstLine(err), strings.Join(notes, "; "))
 			rep, err = scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: t.TempDir()})
 		}

@@ -2,8 +2,6 @@ package scenarios
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,12 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -205,26 +203,12 @@ func (r *run) prepare(ctx context.Context) error {
 			return err
 		}
 	}
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	r.db = "run_" + hex.EncodeToString(b)
-	admin, err := pgx.Connect(ctx, s.Postgres().DSN)
-	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+r.db); err != nil {
-		return fmt.Errorf("create run database: %w", err)
+	var err error
+	if r.db, err = s.CreateDatabase(ctx, "run_"); err != nil {
+		return err
 	}
 	if !r.opts.Keep {
-		r.defer_(func() {
-			c, err := pgx.Connect(context.Background(), s.Postgres().DSN)
-			if err != nil {
-				return
-			}
-			defer c.Close(context.Background())
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+r.db+" WITH (FORCE)")
-		})
+		r.defer_(func() { _ = s.DropDatabase(context.Background(), r.db) })
 	}
 	r.direct = s.Postgres().WithDatabase(r.db)
 	if err := r.endpoints(ctx); err != nil {
@@ -278,7 +262,7 @@ func (r *run) endpoints(ctx context.Context) error {
 	}
 	tx := s.Transaction()
 	if tx.PoolSize != r.sc.Topology.PoolSize {
-		r.bouncer = "run-" + r.db[4:]
+		r.bouncer = "run-" + strings.TrimPrefix(r.db, "run_")
 		ep, err := s.AddPgBouncer(ctx, r.bouncer, pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: r.sc.Topology.PoolSize})
 		if err != nil {
 			return fmt.Errorf("start a transaction pool of %d: %w", r.sc.Topology.PoolSize, err)

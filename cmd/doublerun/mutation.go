@@ -124,7 +124,7 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 				e.log.Error("shared stack cleanup", "err", err)
 			}
 		}()
-		extraEnv = exportEnv(s.ExportLines())
+		extraEnv = s.Env()
 		e.log.Info("shared stack up; every guard's tests use it", "provider", s.Provider())
 	}
 
@@ -183,16 +183,6 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%d of %d guards not killed: %s", len(failed), len(results), strings.Join(failed, ", "))
 	}
 	return nil
-}
-
-// exportEnv turns `export NAME='value'` lines into NAME=value.
-func exportEnv(lines []string) []string {
-	var env []string
-	for _, l := range lines {
-		k, v, _ := strings.Cut(strings.TrimPrefix(l, "export "), "=")
-		env = append(env, k+"="+strings.Trim(v, "'"))
-	}
-	return env
 }
 
 func indent(s, prefix string) string {

@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"os/signal"
 	"sync"
@@ -93,19 +92,11 @@ func NewDB(t testing.TB) DB {
 // NewDBOn creates a fresh database on s and drops it when the test ends.
 func NewDBOn(t testing.TB, s *stack.Stack) DB {
 	t.Helper()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "t_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	MustExec(t, s.Postgres().DSN, fmt.Sprintf("CREATE DATABASE %s", name))
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, s.Postgres().DSN)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name, err := s.CreateDatabase(ctx, "t_")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.DropDatabase(context.Background(), name) })
 	return DB{
 		Name:        name,
 		Stack:       s,
