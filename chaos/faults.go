@@ -192,11 +192,9 @@ func strike(ctx context.Context, t scenarios.Target) (scenarios.Replica, error) 
 	fresh := max(t.Scenario().Work/4, 10*time.Millisecond)
 	deadline := time.Now().Add(strikeWait)
 	for {
-		var begun bool
-		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+oracle.WorkTable+` WHERE replica = $1 AND ended_at IS NULL
-			AND started_at > clock_timestamp() - $2::bigint * interval '1 millisecond')`, l.ID, fresh.Milliseconds()).Scan(&begun)
+		begun, err := oracle.WorkBegun(ctx, conn, l.ID, fresh)
 		if err != nil {
-			return l, fmt.Errorf("read the oracle: %w", err)
+			return l, err
 		}
 		if begun {
 			break
@@ -421,15 +419,7 @@ func (freezeLeader) Inject(ctx context.Context, t scenarios.Target) error {
 // is, and the event says so.
 func freezeMidWork(ctx context.Context, t scenarios.Target, conn *pgx.Conn, l scenarios.Replica) error {
 	half := max(t.Scenario().Work/2, 10*time.Millisecond)
-	begun := func() (bool, error) {
-		var ok bool
-		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+oracle.WorkTable+` WHERE replica = $1 AND ended_at IS NULL
-			AND started_at > clock_timestamp() - $2::bigint * interval '1 millisecond')`, l.ID, half.Milliseconds()).Scan(&ok)
-		if err != nil {
-			return false, fmt.Errorf("read the oracle: %w", err)
-		}
-		return ok, nil
-	}
+	begun := func() (bool, error) { return oracle.WorkBegun(ctx, conn, l.ID, half) }
 	deadline := time.Now().Add(strikeWait)
 	for {
 		late := time.Now().After(deadline)

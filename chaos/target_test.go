@@ -88,7 +88,10 @@ func newTarget(t *testing.T, db stacktest.DB, sc scenarios.Scenario) *fakeTarget
 	t.Helper()
 	conn := mustConnect(t, db.Postgres.DSN)
 	require.NoError(t, oracle.Migrate(context.Background(), conn))
-	_, err := conn.Exec(context.Background(), `INSERT INTO `+oracle.WorkTable+` (replica, token) VALUES ('r1', 1)`)
+	rec, err := oracle.NewRecorder(context.Background(), db.Postgres.DSN, "r1")
+	require.NoError(t, err)
+	defer rec.Close()
+	_, err = rec.Begin(context.Background(), 1, 0)
 	require.NoError(t, err)
 	return &fakeTarget{sc: sc, s: db.Stack, lease: db.Transaction, work: db.Transaction,
 		leader: scenarios.Replica{ID: "r1"}, proxies: map[string][]*toxiproxy.Proxy{}}

@@ -184,7 +184,7 @@ func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, pool *pgxpool.
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+oracle.SideEffectsTable+` (replica, token) VALUES ($1, $2)`, spec.Replica, term.Token); err != nil {
+	if err := rec.SideEffect(ctx, tx, term.Token); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

@@ -383,11 +383,11 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var n int
-		if err := r.conn.QueryRow(ctx, "SELECT count(*) FROM "+oracle.WorkTable).Scan(&n); err != nil {
+		led, err := oracle.AnyWork(ctx, r.conn)
+		if err != nil {
 			return time.Time{}, err
 		}
-		if n > 0 {
+		if led {
 			return oracle.LogEvent(ctx, r.conn, oracle.EventMeasureStart, "", "")
 		}
 		r.mu.Lock()

@@ -2,11 +2,9 @@ package scenarios
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack"
@@ -22,12 +20,7 @@ func (r *run) WorkEndpoint() stack.Endpoint         { return r.workEP }
 func (r *run) Proxies(id string) []*toxiproxy.Proxy { return r.proxies[id] }
 
 func (r *run) Leader(ctx context.Context) (Replica, error) {
-	var id string
-	var pid int32
-	err := r.conn.QueryRow(ctx, `SELECT replica, backend_pid FROM `+oracle.WorkTable+` ORDER BY started_at DESC, id DESC LIMIT 1`).Scan(&id, &pid)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Replica{}, errors.New("no replica has led yet")
-	}
+	id, pid, err := oracle.LatestWork(ctx, r.conn)
 	if err != nil {
 		return Replica{}, err
 	}
