@@ -13,6 +13,7 @@ import (
 
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -67,7 +68,7 @@ func doubleRun(rep *scenarios.Report) (bool, string) {
 // Issue #556: the advisory lease through a transaction pool of one gives
 // two leaders on one backend, with no fault at all.
 func TestReproduceIssue556(t *testing.T) {
-	reproduce(t, cell(t, "advisory", scenarios.Transaction, scenarios.NoFault), func(rep *scenarios.Report) (bool, string) {
+	reproduce(t, cell(t, "advisory", scenarios.Transaction, fault.None), func(rep *scenarios.Report) (bool, string) {
 		bad, why := doubleRun(rep)
 		if pid, who := rep.SharedBackend(); pid != 0 {
 			why += fmt.Sprintf("; replicas %s were leader on the same backend %d", strings.Join(who, " and "), pid)
@@ -80,7 +81,7 @@ func TestReproduceIssue556(t *testing.T) {
 // learns of it only at its next poll; meanwhile the lock is free and the
 // other replica leads too. The fence refuses the old leader's late write.
 func TestReproduceBackendLoss(t *testing.T) {
-	reproduce(t, cell(t, "advisory", scenarios.Pinned, chaos.TerminateLeaderBackend.Name()), doubleRun)
+	reproduce(t, cell(t, "advisory", scenarios.Pinned, fault.TerminateLeaderBackend.Name()), doubleRun)
 }
 
 // The paused holder (Kleppmann): a leader frozen in the middle of its work
@@ -89,7 +90,7 @@ func TestReproduceBackendLoss(t *testing.T) {
 // accepted; TestFaultsInScenarios/FREEZE_LEADER shows the fence refusing
 // it.
 func TestReproducePausedHolder(t *testing.T) {
-	sc := cell(t, "fenced", scenarios.Transaction, chaos.FreezeLeader.Name())
+	sc := cell(t, "fenced", scenarios.Transaction, fault.FreezeLeader.Name())
 	sc.Name += "-unfenced"
 	sc.Unfenced = true
 	reproduce(t, sc, func(rep *scenarios.Report) (bool, string) {

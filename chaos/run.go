@@ -134,7 +134,7 @@ func Summary(results []Result, wall time.Duration) string {
 		return cmp.Or(
 			cmp.Compare(slices.Index(Strategies, a.Scenario.Strategy), slices.Index(Strategies, b.Scenario.Strategy)),
 			cmp.Compare(slices.Index(order, a.Scenario.Fault), slices.Index(order, b.Scenario.Fault)),
-			cmp.Compare(slices.Index(Topologies, a.Scenario.Topology.Kind), slices.Index(Topologies, b.Scenario.Topology.Kind)),
+			cmp.Compare(slices.Index(scenarios.Topologies, a.Scenario.Topology.Kind), slices.Index(scenarios.Topologies, b.Scenario.Topology.Kind)),
 		)
 	})
 	var b strings.Builder

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 )
 
@@ -75,6 +76,6 @@ func TestCellDurationHoldsTheFault(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tc.want, sc.Duration, tc.fault)
 	}
-	require.Equal(t, 3*time.Second, Hold(scenarios.Scenario{}), "TTL 2s + 1s")
-	require.Equal(t, 45*time.Second, Hold(scenarios.Scenario{TTL: 30 * time.Second}))
+	require.Equal(t, 3*time.Second, fault.Hold(scenarios.Scenario{}.FaultSetting()), "TTL 2s + 1s")
+	require.Equal(t, 45*time.Second, fault.Hold(scenarios.Scenario{TTL: 30 * time.Second}.FaultSetting()))
 }

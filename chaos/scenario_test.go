@@ -136,7 +136,7 @@ func eventKinds(rep *scenarios.Report) []string {
 func chaosEvents(rep *scenarios.Report) string {
 	var ds []string
 	for _, e := range rep.History.Events {
-		if e.Kind == chaos.EventChaos {
+		if e.Kind == oracle.EventChaos {
 			ds = append(ds, e.Detail)
 		}
 	}
@@ -258,8 +258,8 @@ func TestFaultsInScenarios(t *testing.T) {
 	}
 }
 
-// The restarts run on a stack of their own, one after another: a restart
-// would cut every other test off the shared stack.
+// The restart cells run on a stack of their own, one after another: a
+// restart would cut every other test off the shared stack.
 func TestRestarts(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -268,24 +268,6 @@ func TestRestarts(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 
-	t.Run("PostgresRestartEndsEveryBackend", func(t *testing.T) {
-		db := stacktest.NewDBOn(t, s)
-		tg := newTarget(t, db, shortTTL)
-		client := mustConnect(t, db.Postgres.DSN)
-		startedAt := func(c *pgxConn) time.Time {
-			var at time.Time
-			require.NoError(t, c.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&at))
-			return at
-		}
-		before := startedAt(client)
-
-		require.NoError(t, chaos.PostgresRestart.Inject(ctx, tg))
-
-		_, err := backendPID(client, 5*time.Second)
-		require.Error(t, err, "the restart ended every backend")
-		require.True(t, startedAt(mustConnect(t, db.Postgres.DSN)).After(before), "Postgres started again")
-		require.Contains(t, fmtEvents(tg.Events()), "postgres restarted")
-	})
 	t.Run("PGBOUNCER_RESTART", func(t *testing.T) {
 		rep := runCell(t, s, "advisory", scenarios.Pinned, "PGBOUNCER_RESTART")
 		require.Contains(t, chaosEvents(rep), "started pgbouncer session, transaction")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/pgbouncer"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
@@ -119,7 +120,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	}
 	r.log.Info("measuring", "scenario", r.sc.Name, "duration", r.sc.Duration, "fault", r.sc.Fault)
 	measureEnd := time.Now().Add(r.sc.Duration)
-	if f, ok := lookupFault(r.sc.Fault); ok {
+	if f, ok := fault.Lookup(r.sc.Fault); ok {
 		if err := sleepCtx(ctx, r.sc.Duration/3); err != nil {
 			return nil, err
 		}
@@ -151,12 +152,8 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 
 // inject runs f, logging on the oracle's clock when it began and when it
 // had recovered. The measurement keeps running meanwhile.
-func (r *run) inject(ctx context.Context, f Fault) error {
-	timeout := time.Minute
-	if t, ok := f.(FaultTimeout); ok {
-		timeout = t.Timeout()
-	}
-	fctx, cancel := context.WithTimeout(ctx, timeout)
+func (r *run) inject(ctx context.Context, f fault.Fault) error {
+	fctx, cancel := context.WithTimeout(ctx, fault.TimeoutOf(f))
 	defer cancel()
 	leader, _ := r.Leader(fctx)
 	if _, err := oracle.LogEvent(ctx, r.conn, oracle.EventFault, leader.ID, f.Name()); err != nil {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/lease"
 	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
@@ -173,5 +175,41 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 			require.Equal(t, tc.pass, v.Pass, v.Reason)
 			require.NotEmpty(t, v.Reason)
 		})
+	}
+}
+
+func TestParseTopologies(t *testing.T) {
+	t.Parallel()
+	ts, err := ParseTopologies(" pinned,direct,pinned ")
+	require.NoError(t, err)
+	require.Equal(t, []TopologyKind{Pinned, Direct}, ts)
+	_, err = ParseTopologies("direct,mesh")
+	require.EqualError(t, err, `unknown topology "mesh"; valid: direct, session, transaction, pinned`)
+	_, err = ParseTopologies(" , ")
+	require.EqualError(t, err, `no topology in " , "; valid: direct, session, transaction, pinned`)
+	for _, k := range Topologies {
+		require.Equal(t, k != Direct, k.Pooled(), k)
+	}
+}
+
+// What the fault catalog learns of a scenario: its strategy's traits, the
+// topology's shape and the timings, defaults applied.
+func TestFaultSetting(t *testing.T) {
+	t.Parallel()
+	lock := lease.DefaultAdvisoryLock
+	for _, tc := range []struct {
+		sc   Scenario
+		want fault.Setting
+	}{
+		{Scenario{Strategy: StrategyAdvisory, Topology: Topology{Kind: Pinned}},
+			fault.Setting{ReportsBackendPID: true, AdvisoryLock: &lock, Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},
+		{Scenario{Strategy: StrategyAdvisoryUnguarded, Topology: Topology{Kind: Direct}, TTL: time.Second, Work: time.Minute},
+			fault.Setting{ReportsBackendPID: true, AdvisoryLock: &lock, TTL: time.Second, Work: time.Minute}},
+		{Scenario{Strategy: StrategyFenced, Topology: Topology{Kind: Session}},
+			fault.Setting{Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},
+		{Scenario{Strategy: "not-registered", Topology: Topology{Kind: Transaction}},
+			fault.Setting{Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},
+	} {
+		require.Equal(t, tc.want, tc.sc.FaultSetting(), tc.sc.Strategy)
 	}
 }

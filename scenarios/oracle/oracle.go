@@ -116,6 +116,11 @@ func (r *Recorder) Event(ctx context.Context, kind, detail string) error {
 	return err
 }
 
+// EventChaos is the event kind with which a fault logs the moments its
+// steps really took hold (SIGSTOP delivered, partition in place, Postgres
+// back up), beside the runner's own EventFault and EventHealed.
+const EventChaos = "chaos"
+
 // LogEvent logs an event through any direct connection and returns its
 // time on the one clock.
 func LogEvent(ctx context.Context, db Querier, kind, replica, detail string) (time.Time, error) {
