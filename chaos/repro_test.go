@@ -14,6 +14,7 @@ import (
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -44,17 +45,18 @@ func reproduce(t *testing.T, sc scenarios.Scenario, broken func(*scenarios.Repor
 	defer cancel()
 	rep, err := scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: stacktest.Shared(t), OutDir: out})
 	require.NoError(t, err, "the reproduction could not run")
+	require.NoError(t, report.Write(out, rep))
 	require.NotEmpty(t, rep.History.Intervals, "no replica ever led")
 	if bad, why := broken(rep); bad {
-		t.Errorf("REPRODUCED: %s\n%s\nreport: %s", why, rep.Summary(), filepath.Join(out, filepath.FromSlash(sc.Name), "report.md"))
+		t.Errorf("REPRODUCED: %s\n%s\nreport: %s", why, report.Line(rep), filepath.Join(out, filepath.FromSlash(sc.Name), "report.md"))
 		return
 	}
-	t.Logf("did not reproduce this time: %s", rep.Summary())
+	t.Logf("did not reproduce this time: %s", report.Line(rep))
 }
 
-func cell(t *testing.T, strategy string, topology scenarios.TopologyKind, fault string) scenarios.Scenario {
+func cell(t *testing.T, strategy string, topology scenarios.TopologyKind, faultName string) scenarios.Scenario {
 	t.Helper()
-	sc, err := chaos.Cell(strategy, topology, fault)
+	sc, err := chaos.Cell(strategy, topology, faultName)
 	require.NoError(t, err)
 	return sc
 }

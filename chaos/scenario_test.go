@@ -12,6 +12,7 @@ import (
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
@@ -22,9 +23,9 @@ var runs = make(chan struct{}, 3)
 
 // runCell runs one cell of the matrix on s and checks that its verdict
 // matches the table.
-func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.TopologyKind, fault string) *scenarios.Report {
+func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.TopologyKind, faultName string) *scenarios.Report {
 	t.Helper()
-	sc, err := chaos.Cell(strategy, topology, fault)
+	sc, err := chaos.Cell(strategy, topology, faultName)
 	require.NoError(t, err)
 	runs <- struct{}{}
 	defer func() { <-runs }()
@@ -40,7 +41,7 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 		// Finding 6: a shared PgBouncer 1.18 can crash on a cancel
 		// request from any test; if one did, start it again and rerun.
 		if notes := s.Repair(ctx); len(notes) > 0 {
-			t.Logf("the run failed (%v) with the stack broken: %s; running the cell again", firstLine(err), strings.Join(notes, "; "))
+			t.Logf("the run failed (%v) with the stack broken: %s; running the cell again", report.FirstLine(err), strings.Join(notes, "; "))
 			rep, err = scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: t.TempDir()})
 		}
 	}
@@ -50,11 +51,11 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 	// miss. One run that shows it proves it; up to three are tried, and
 	// every miss is logged.
 	for try := 2; err == nil && missedReproduction(rep) && try <= reproduceTries; try++ {
-		t.Logf("run %d of at most %d did not reproduce the limitation (%s); running the cell again", try-1, reproduceTries, rep.Summary())
+		t.Logf("run %d of at most %d did not reproduce the limitation (%s); running the cell again", try-1, reproduceTries, report.Line(rep))
 		rep, err = scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: t.TempDir()})
 	}
 	require.NoError(t, err)
-	t.Log(rep.Summary())
+	t.Log(report.Line(rep))
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpRun(t, rep)
@@ -100,11 +101,6 @@ func dumpRun(t *testing.T, rep *scenarios.Report) {
 		}
 		t.Logf("replica %s (%s) log tail:\n%s", r.ID, r.Exit, data)
 	}
-}
-
-func firstLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
 }
 
 // tokenTableRace reports whether a replica of the run exited because it

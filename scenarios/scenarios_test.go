@@ -16,6 +16,7 @@ import (
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -32,7 +33,7 @@ func runScenario(t *testing.T, sc Scenario) *Report {
 	defer cancel()
 	rep, err := Run(ctx, short(sc), RunOptions{Stack: s, OutDir: t.TempDir()})
 	require.NoError(t, err)
-	t.Log(rep.Summary())
+	t.Log(report.Line(rep))
 	return rep
 }
 
@@ -81,6 +82,9 @@ func TestReportFilesRoundTrip(t *testing.T) {
 	rep, err := Run(context.Background(), short(Catalog[0]), RunOptions{Stack: s, OutDir: out})
 	require.NoError(t, err)
 	dir := filepath.Join(out, Catalog[0].Name)
+	_, err = os.Stat(filepath.Join(dir, "report.json"))
+	require.ErrorIs(t, err, os.ErrNotExist, "Run returns data; its callers write the files")
+	require.NoError(t, report.Write(out, rep))
 	for _, f := range []string{"report.json", "report.md", "timeline.svg", "replicas/r1.log", "replicas/r2.log"} {
 		info, err := os.Stat(filepath.Join(dir, f))
 		require.NoError(t, err, f)

@@ -12,6 +12,7 @@ import (
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/report"
 )
 
 const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR]
@@ -59,24 +60,20 @@ func chaosCommand() command {
 			fmt.Fprintf(e.stdout, "chaos: %d cell(s), reports in %s\n", len(cells), *out)
 			begin := time.Now()
 			results := chaos.RunMatrix(ctx, cells, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
-				func(done, total int, r chaos.Result) {
-					fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line())
+				func(done, total int, c report.Cell) {
+					fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, c.Line())
 				})
 			wall := time.Since(begin)
 			fmt.Fprintln(e.stdout)
-			fmt.Fprint(e.stdout, chaos.Summary(results, wall))
-			if err := chaos.WriteSummary(*out, results, wall); err != nil {
+			fmt.Fprint(e.stdout, report.Summary(results, wall))
+			if err := report.WriteSummary(*out, results, wall); err != nil {
 				return err
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("interrupted after %d of %d cells: %w", len(results), len(cells), ctx.Err())
 			}
-			if failed := chaos.Failed(results); len(failed) > 0 {
-				names := make([]string, len(failed))
-				for i, r := range failed {
-					names[i] = r.Scenario.Name
-				}
-				return fmt.Errorf("%d of %d cells did not match their expectation: %s; see %s/summary.md", len(failed), len(results), strings.Join(names, ", "), *out)
+			if err := report.Verdict(results).Err(); err != nil {
+				return fmt.Errorf("%w; see %s/summary.md", err, *out)
 			}
 			return nil
 		},
