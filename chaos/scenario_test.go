@@ -258,12 +258,7 @@ func TestFaultsInScenarios(t *testing.T) {
 // restart would cut every other test off the shared stack.
 func TestRestarts(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	s, err := stack.Start(ctx, stack.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-
+	s := stacktest.Own(t)
 	t.Run("PGBOUNCER_RESTART", func(t *testing.T) {
 		rep := runCell(t, s, "advisory", scenarios.Pinned, "PGBOUNCER_RESTART")
 		require.Contains(t, chaosEvents(rep), "started pgbouncer session, transaction")

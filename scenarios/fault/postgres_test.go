@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/scenarios/fault"
-	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -81,10 +80,7 @@ func TestPostgresRestart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := stack.Start(ctx, stack.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	db := stacktest.NewDBOn(t, s)
+	db := stacktest.NewDBOn(t, stacktest.Own(t))
 	tg := newTarget(t, db, shortTTL)
 	client := mustConnect(t, db.Postgres.DSN)
 	startedAt := func(c *pgxConn) time.Time {
@@ -96,7 +92,7 @@ func TestPostgresRestart(t *testing.T) {
 
 	require.NoError(t, fault.PostgresRestart.Inject(ctx, tg))
 
-	_, err = backendPID(client, 5*time.Second)
+	_, err := backendPID(client, 5*time.Second)
 	require.Error(t, err, "the restart ended every backend")
 	require.True(t, startedAt(mustConnect(t, db.Postgres.DSN)).After(before), "Postgres started again")
 	require.Contains(t, fmtEvents(tg.Events()), "postgres restarted")

@@ -70,6 +70,19 @@ func Shared(t testing.TB) *stack.Stack {
 	return shared
 }
 
+// Own starts a stack of the test's own and closes it when the test ends:
+// for tests that stop or restart servers, which would cut every other test
+// off the shared stack.
+func Own(t testing.TB) *stack.Stack {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Options{})
+	require.NoError(t, err, "start a stack of this test's own")
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
 // DB is a database of one test's own, reachable through every endpoint of
 // the shared stack. Through PgBouncer it gets pools of its own, so pool
 // sizes hold per test.
