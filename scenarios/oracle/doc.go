@@ -26,4 +26,11 @@
 //	    the newest granted at that moment; a rejected one is the fence working.
 //
 // Reports carry the raw History, so anyone can recompute the figures.
+//
+// # The oracle owns its tables
+//
+// No other package names the oracle's tables: replicas log through a
+// [Recorder] (their side-effect write too, [Recorder.SideEffect]), the
+// runner and the faults ask [LatestWork], [WorkBegun] and [AnyWork], and
+// [Load] reads a run back.
 package oracle
