@@ -1,96 +1,24 @@
-// Package chaos is doublerun's fault catalog and the matrix that runs every
-// fault against every strategy and topology, in the style of etcd's
-// robustness tests.
-//
-// Importing the package registers every fault with
-// scenarios.RegisterFault, so `doublerun run`, a [scenarios.Scenario] and
-// the matrix can name them. Each fault is an exported value on an
-// unexported type, named ACTION_TARGET, with Name, Available and Inject
-// (which also undoes the fault before it returns) and, where it needs
-// longer than the runner's minute, Timeout.
-//
-// # The catalog
-//
-//	fault                     what Inject does                                    applies to
-//	TERMINATE_LEADER_BACKEND  pg_terminate_backend of the leader's lease backend  advisory strategies
-//	KILL_LEADER               SIGKILL the leader (not restarted)                  all
-//	FREEZE_LEADER             SIGSTOP mid-work for Hold, then SIGCONT             all
-//	PARTITION_LEADER          blackhole the leader's proxies for Hold             all
-//	DELAY_LEADER              latency TTL/4 ± TTL/8 each way for Hold             all
-//	PGBOUNCER_PAUSE           PAUSE <run db> for Hold, then RESUME                through PgBouncer
-//	PGBOUNCER_KILL            KILL <run db>, then RESUME                          through PgBouncer
-//	PGBOUNCER_RECONNECT       RECONNECT <run db>                                  through PgBouncer
-//	PGBOUNCER_RESTART         stop and start the topology's PgBouncer(s)          through PgBouncer
-//	POSTGRES_RESTART          stop (fast shutdown) and start Postgres             all
-//	GRACEFUL_HANDOVER         SIGTERM the leader: it releases its lease and exits all
-//
-// [Hold] is the TTL plus half of it (3s for the default TTL of 2s): long
-// enough that a lease with a TTL has certainly expired, short enough that
-// the matrix stays fast. The admin-console faults are scoped to the run's
-// own database, on the work endpoint's bouncer, so they never touch
-// another run's pools. PGBOUNCER_RESTART restarts the bouncer of the
-// topology; on pinned it stops the lease's session bouncer and the work's
-// transaction bouncer together and starts them together, as one PgBouncer
-// serving both pools (the usual pinned deployment, see package lease)
-// would be restarted. TERMINATE_LEADER_BACKEND kills the backend PID the
-// leader reports (Replica.LeaseBackendPID) or, when it reports none, the
-// backend holding advisory lock (271, 1) in the run's database, found in
-// pg_locks.
-//
-// # When a fault strikes
-//
-// Every fault waits, for at most 5s, until the leader has just begun a
-// piece of work (the oracle shows it open, begun within a quarter of
-// Scenario.Work), and strikes then; FREEZE_LEADER checks after SIGSTOP
-// that the piece is still in its first half, before its write. A lease learns that it lost its backend,
-// its bouncer or its connection only at its next poll, so this is the
-// moment a fault can do the most harm, and the moment at which a cell's
-// answer repeats: struck at a random moment, the same cell showed a
-// double-run in some runs and none in others. The runner logs its fault
-// event before Inject, so the failover latency in a report includes this
-// wait (at most one cycle, about 300ms); the chaos events, kind
-// [EventChaos], mark the moment each step really took hold.
-//
-// # Partitions
-//
-// PARTITION_LEADER adds toxiproxy's timeout toxic with timeout 0 to both
-// directions of every proxy between the leader and its endpoints. It does
-// not stop the proxies: Proxy.Stop closes every open connection, which is a
-// crash, not a partition. So:
-//
-//   - Open connections stay open, and every byte on them is dropped.
-//     Neither end is told: the server keeps the leader's backend, and its
-//     advisory lock, for as long as the partition lasts.
-//     TestPartitionLeader shows it.
-//   - New connections are accepted by the proxy and then hear nothing.
-//   - A client that gives up and closes its socket still closes the
-//     upstream connection: toxiproxy passes a close through the blackhole,
-//     so the server does learn of that one, unlike in a real partition.
-//     pgx, though, closes a connection whose query timed out only after
-//     its cancel request (itself blackholed) gives up.
-//   - Healing removes the toxics, and toxiproxy then closes every
-//     connection that lived through the partition: their byte streams lost
-//     data and cannot resume. Their backends end and an advisory lock held
-//     on one is freed. This is where a real partition would differ most: a
-//     short one heals before TCP gives up and the connections carry on.
-//
-// The oracle's own connections are direct and never partitioned, so a
-// partitioned leader's work still shows on the timeline, as it would on
-// the leader's own clock.
+// Package chaos is the matrix that runs every fault of the catalog
+// (package scenarios/fault) against every strategy and topology, in the
+// style of etcd's robustness tests: the grid of what each cell must show,
+// `make chaos`, and the loops that reproduce the limitations it found.
 //
 // # The matrix
 //
 // [Matrix] returns a cell per strategy, topology and fault (and no fault),
 // named strategy/topology/FAULT, with its expectation from the table
-// below, which is the only place expectations live (matrix.go holds it as
-// data; TestDocTableIsCurrent keeps this rendering of it in step).
+// below, which is the only place expectations live: grid.go holds it as
+// data, a block per fault with a row per strategy, keyed by name, and
+// TestDocTableIsCurrent keeps this rendering of it in step (`go test
+// ./chaos -run TestDocTableIsCurrent -update-doc` rewrites it).
 // Transaction and pinned use a transaction pool of one backend. Each cell
 // is measured for [CellDuration]: the fault comes at a third, and what is
-// left holds the fault and a TTL and a second after it. [RunMatrix] runs
-// cells one at a time (a Postgres restart touches every run on the stack),
-// checks after each that every server still answers and starts again any
-// that does not, and runs a cell again once when it could not run or a
-// replica failed on its own; its Notes say so.
+// left holds the fault (fault.HeldFor) and a TTL and a second after it.
+// [RunMatrix] runs cells one at a time (a Postgres restart touches every
+// run on the stack), checks after each that every server still answers
+// and starts again any that does not (stack.Repair), and runs a cell again
+// once when it could not run or a replica failed on its own; its Notes say
+// so.
 //
 //	safe        no double-run and no accepted stale write
 //	reproduces  a double-run must appear (a known limitation)
@@ -243,8 +171,8 @@
 //  10. During the first full run lease.Advisory did not report its backend
 //     PID yet (it has a BackendPID method now), so the oracle recorded 0 and
 //     every TERMINATE_LEADER_BACKEND cell failed. The fault now falls back
-//     to the holder of advisory lock (271, 1) in pg_locks, for any advisory
-//     strategy that reports no PID.
+//     to the holder of the strategy's advisory lock (271, 1 for the
+//     built-in ones) in pg_locks, for a strategy that reports no PID.
 //
 // # Reproducing a limitation
 //

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"flag"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -10,32 +11,34 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
 )
 
 var updateDoc = flag.Bool("update-doc", false, "rewrite the expectation table in doc.go from matrix.go")
 
-// The table has one row per strategy and topology and one cell per column,
-// and marks exactly the faults that do not apply.
-func TestExpectationTableIsComplete(t *testing.T) {
+// The grid has a block per fault of the catalog and for no fault, a row
+// per strategy in each, and in each row exactly the topologies where the
+// fault applies.
+func TestGridIsComplete(t *testing.T) {
 	t.Parallel()
-	seen := map[string]bool{}
-	for _, row := range expectations {
-		key := row.strategy + "/" + string(row.topology)
-		require.False(t, seen[key], "row %s twice", key)
-		seen[key] = true
-		require.Len(t, row.cells, len(columns()), key)
-		for i, fault := range columns() {
-			sc := scenarios.Scenario{Strategy: row.strategy, Topology: scenarios.Topology{Kind: row.topology}}
-			applies := fault == scenarios.NoFault
-			if !applies {
-				f, err := LookupFault(fault)
-				require.NoError(t, err)
-				applies = f.Available(sc)
+	require.ElementsMatch(t, columns(), slices.Collect(maps.Keys(grid)), "a block per fault, and none for a fault the catalog lacks")
+	for faultName, rows := range grid {
+		require.ElementsMatch(t, Strategies, slices.Collect(maps.Keys(rows)), "%s: a row per strategy", faultName)
+		for strategy, row := range rows {
+			for topo := range row {
+				require.Contains(t, scenarios.Topologies, topo, "%s/%s", faultName, strategy)
 			}
-			require.Equal(t, applies, row.cells[i] != na, "%s/%s: the table and Available disagree", key, fault)
+			for _, topo := range scenarios.Topologies {
+				sc := scenarios.Scenario{Strategy: strategy, Topology: scenarios.Topology{Kind: topo}}
+				applies := faultName == fault.None
+				if f, ok := fault.Lookup(faultName); ok {
+					applies = f.Available(sc.FaultSetting())
+				}
+				_, inGrid := row[topo]
+				require.Equal(t, applies, inGrid, "%s/%s/%s: the grid and Available disagree", strategy, topo, faultName)
+			}
 		}
 	}
-	require.Len(t, seen, len(Strategies)*len(Topologies))
 }
 
 // doc.go shows the table rendered from matrix.go; `go test ./chaos -run
@@ -76,10 +79,10 @@ func TestMatrix(t *testing.T) {
 		// TTL plus a second after it.
 		require.GreaterOrEqual(t, sc.Duration-sc.Duration/3, sc.WithDefaults().TTL+1000*1e6, sc.Name)
 	}
-	tx := Matrix(scenarios.Transaction)
-	require.Len(t, tx, 35, "3 strategies × 12 columns, less TERMINATE_LEADER_BACKEND for fenced")
-	require.Equal(t, "advisory/transaction/none", tx[0].Name)
-	require.Equal(t, len(all), len(Matrix(Topologies...)))
+	txCells := Matrix(scenarios.Transaction)
+	require.Len(t, txCells, 35, "3 strategies × 12 columns, less TERMINATE_LEADER_BACKEND for fenced")
+	require.Equal(t, "advisory/transaction/none", txCells[0].Name)
+	require.Equal(t, len(all), len(Matrix(scenarios.Topologies...)))
 
 	sc, err := Cell("fenced", scenarios.Transaction, "KILL_LEADER")
 	require.NoError(t, err)
@@ -95,9 +98,4 @@ func TestMatrix(t *testing.T) {
 		_, err := Cell(tc.strategy, scenarios.TopologyKind(tc.topology), tc.fault)
 		require.ErrorContains(t, err, tc.want)
 	}
-	ts, err := ParseTopologies(" pinned,direct,pinned ")
-	require.NoError(t, err)
-	require.Equal(t, []scenarios.TopologyKind{scenarios.Pinned, scenarios.Direct}, ts)
-	_, err = ParseTopologies("direct,mesh")
-	require.EqualError(t, err, `unknown topology "mesh"; valid: direct, session, transaction, pinned`)
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -43,17 +45,18 @@ func reproduce(t *testing.T, sc scenarios.Scenario, broken func(*scenarios.Repor
 	defer cancel()
 	rep, err := scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: stacktest.Shared(t), OutDir: out})
 	require.NoError(t, err, "the reproduction could not run")
+	require.NoError(t, report.Write(out, rep))
 	require.NotEmpty(t, rep.History.Intervals, "no replica ever led")
 	if bad, why := broken(rep); bad {
-		t.Errorf("REPRODUCED: %s\n%s\nreport: %s", why, rep.Summary(), filepath.Join(out, filepath.FromSlash(sc.Name), "report.md"))
+		t.Errorf("REPRODUCED: %s\n%s\nreport: %s", why, report.Line(rep), filepath.Join(out, filepath.FromSlash(sc.Name), "report.md"))
 		return
 	}
-	t.Logf("did not reproduce this time: %s", rep.Summary())
+	t.Logf("did not reproduce this time: %s", report.Line(rep))
 }
 
-func cell(t *testing.T, strategy string, topology scenarios.TopologyKind, fault string) scenarios.Scenario {
+func cell(t *testing.T, strategy string, topology scenarios.TopologyKind, faultName string) scenarios.Scenario {
 	t.Helper()
-	sc, err := chaos.Cell(strategy, topology, fault)
+	sc, err := chaos.Cell(strategy, topology, faultName)
 	require.NoError(t, err)
 	return sc
 }
@@ -67,7 +70,7 @@ func doubleRun(rep *scenarios.Report) (bool, string) {
 // Issue #556: the advisory lease through a transaction pool of one gives
 // two leaders on one backend, with no fault at all.
 func TestReproduceIssue556(t *testing.T) {
-	reproduce(t, cell(t, "advisory", scenarios.Transaction, scenarios.NoFault), func(rep *scenarios.Report) (bool, string) {
+	reproduce(t, cell(t, "advisory", scenarios.Transaction, fault.None), func(rep *scenarios.Report) (bool, string) {
 		bad, why := doubleRun(rep)
 		if pid, who := rep.SharedBackend(); pid != 0 {
 			why += fmt.Sprintf("; replicas %s were leader on the same backend %d", strings.Join(who, " and "), pid)
@@ -80,7 +83,7 @@ func TestReproduceIssue556(t *testing.T) {
 // learns of it only at its next poll; meanwhile the lock is free and the
 // other replica leads too. The fence refuses the old leader's late write.
 func TestReproduceBackendLoss(t *testing.T) {
-	reproduce(t, cell(t, "advisory", scenarios.Pinned, chaos.TerminateLeaderBackend.Name()), doubleRun)
+	reproduce(t, cell(t, "advisory", scenarios.Pinned, fault.TerminateLeaderBackend.Name()), doubleRun)
 }
 
 // The paused holder (Kleppmann): a leader frozen in the middle of its work
@@ -89,7 +92,7 @@ func TestReproduceBackendLoss(t *testing.T) {
 // accepted; TestFaultsInScenarios/FREEZE_LEADER shows the fence refusing
 // it.
 func TestReproducePausedHolder(t *testing.T) {
-	sc := cell(t, "fenced", scenarios.Transaction, chaos.FreezeLeader.Name())
+	sc := cell(t, "fenced", scenarios.Transaction, fault.FreezeLeader.Name())
 	sc.Name += "-unfenced"
 	sc.Unfenced = true
 	reproduce(t, sc, func(rep *scenarios.Report) (bool, string) {

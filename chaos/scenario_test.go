@@ -12,6 +12,7 @@ import (
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
@@ -22,9 +23,9 @@ var runs = make(chan struct{}, 3)
 
 // runCell runs one cell of the matrix on s and checks that its verdict
 // matches the table.
-func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.TopologyKind, fault string) *scenarios.Report {
+func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.TopologyKind, faultName string) *scenarios.Report {
 	t.Helper()
-	sc, err := chaos.Cell(strategy, topology, fault)
+	sc, err := chaos.Cell(strategy, topology, faultName)
 	require.NoError(t, err)
 	runs <- struct{}{}
 	defer func() { <-runs }()
@@ -39,8 +40,8 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 	} else if err != nil {
 		// Finding 6: a shared PgBouncer 1.18 can crash on a cancel
 		// request from any test; if one did, start it again and rerun.
-		if notes := chaos.RepairStack(ctx, s); len(notes) > 0 {
-			t.Logf("the run failed (%v) with the stack broken: %s; running the cell again", firstLine(err), strings.Join(notes, "; "))
+		if notes := s.Repair(ctx); len(notes) > 0 {
+			t.Logf("the run failed (%v) with the stack broken: %s; running the cell again", report.FirstLine(err), strings.Join(notes, "; "))
 			rep, err = scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: t.TempDir()})
 		}
 	}
@@ -50,11 +51,11 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 	// miss. One run that shows it proves it; up to three are tried, and
 	// every miss is logged.
 	for try := 2; err == nil && missedReproduction(rep) && try <= reproduceTries; try++ {
-		t.Logf("run %d of at most %d did not reproduce the limitation (%s); running the cell again", try-1, reproduceTries, rep.Summary())
+		t.Logf("run %d of at most %d did not reproduce the limitation (%s); running the cell again", try-1, reproduceTries, report.Line(rep))
 		rep, err = scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: t.TempDir()})
 	}
 	require.NoError(t, err)
-	t.Log(rep.Summary())
+	t.Log(report.Line(rep))
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpRun(t, rep)
@@ -102,11 +103,6 @@ func dumpRun(t *testing.T, rep *scenarios.Report) {
 	}
 }
 
-func firstLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
-}
-
 // tokenTableRace reports whether a replica of the run exited because it
 // lost the race to create the advisory lease's token table.
 func tokenTableRace(rep *scenarios.Report, err error) bool {
@@ -136,7 +132,7 @@ func eventKinds(rep *scenarios.Report) []string {
 func chaosEvents(rep *scenarios.Report) string {
 	var ds []string
 	for _, e := range rep.History.Events {
-		if e.Kind == chaos.EventChaos {
+		if e.Kind == oracle.EventChaos {
 			ds = append(ds, e.Detail)
 		}
 	}
@@ -258,34 +254,11 @@ func TestFaultsInScenarios(t *testing.T) {
 	}
 }
 
-// The restarts run on a stack of their own, one after another: a restart
-// would cut every other test off the shared stack.
+// The restart cells run on a stack of their own, one after another: a
+// restart would cut every other test off the shared stack.
 func TestRestarts(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	s, err := stack.Start(ctx, stack.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-
-	t.Run("PostgresRestartEndsEveryBackend", func(t *testing.T) {
-		db := stacktest.NewDBOn(t, s)
-		tg := newTarget(t, db, shortTTL)
-		client := mustConnect(t, db.Postgres.DSN)
-		startedAt := func(c *pgxConn) time.Time {
-			var at time.Time
-			require.NoError(t, c.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&at))
-			return at
-		}
-		before := startedAt(client)
-
-		require.NoError(t, chaos.PostgresRestart.Inject(ctx, tg))
-
-		_, err := backendPID(client, 5*time.Second)
-		require.Error(t, err, "the restart ended every backend")
-		require.True(t, startedAt(mustConnect(t, db.Postgres.DSN)).After(before), "Postgres started again")
-		require.Contains(t, fmtEvents(tg.Events()), "postgres restarted")
-	})
+	s := stacktest.Own(t)
 	t.Run("PGBOUNCER_RESTART", func(t *testing.T) {
 		rep := runCell(t, s, "advisory", scenarios.Pinned, "PGBOUNCER_RESTART")
 		require.Contains(t, chaosEvents(rep), "started pgbouncer session, transaction")

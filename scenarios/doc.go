@@ -5,11 +5,15 @@
 //
 // # A scenario is data
 //
-// A [Scenario] names a strategy (advisory, advisory-unguarded, fenced, or
-// one registered with [RegisterStrategy]), a topology, the number of
-// replicas, timings, a fault and an expectation. [Catalog] holds the
-// built-in ones; [Issue556] and its fixes are the regression scenarios for
-// the known limitation.
+// A [Scenario] names a strategy ([StrategyAdvisory],
+// [StrategyAdvisoryUnguarded], [StrategyFenced], or one registered with
+// [RegisterStrategy]), a topology, the number of replicas, timings, a fault
+// of the catalog (package scenarios/fault) and an expectation. [Catalog]
+// holds the built-in ones; [Issue556] and its fixes are the regression
+// scenarios for the known limitation. A [Strategy] says what its lease is
+// (ReportsBackendPID, AdvisoryLock), and [Scenario.FaultSetting] hands
+// that, with the topology's shape and the timings, to the fault catalog as
+// data: the catalog never imports this package.
 //
 //	topology     lease endpoint            work endpoint
 //	direct       postgres                  postgres
@@ -22,7 +26,8 @@
 // Each replica is the running binary started again with DOUBLERUN_REPLICA
 // set, so SIGKILL and SIGSTOP are real and a user's own go test binary can
 // take part: register the lease, then call [MaybeRunReplica] first in
-// TestMain (see example_test.go). A replica runs a worker.Worker gated by
+// TestMain (see example_test.go). replica_parent.go starts, watches and
+// stops them; replica_child.go is what each one does. A replica runs a worker.Worker gated by
 // its lease; the worker's one sweep is the leader work: log the start,
 // work for Scenario.Work, make a side-effect write through the work
 // endpoint in a transaction that first checks the fence, log the end.
@@ -43,12 +48,15 @@
 //	fenced      overlaps allowed, no accepted stale write
 //
 // A run whose measurements disagree with its expectation fails, in either
-// direction; a run in which no replica ever led fails too.
+// direction; a run in which no replica ever led fails too. [Verdict] is the
+// one result type: a run's, a matrix cell's and a matrix's (package
+// report) and the #556 reproduction's; its Err is what the CLI returns.
 //
 // # Report (schema doublerun.report/v1)
 //
-// [Report.WriteFiles] writes report.json, report.md and timeline.svg. The
-// JSON object has:
+// [Run] returns the [Report] as data and writes no file: package report
+// writes report.json, report.md and timeline.svg, beside the replicas'
+// logs under RunOptions.OutDir. The JSON object has:
 //
 //	schema              "doublerun.report/v1"
 //	scenario            the Scenario, durations in nanoseconds

@@ -2,28 +2,22 @@ package scenarios
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/pgbouncer"
+	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
@@ -34,9 +28,9 @@ type RunOptions struct {
 	// of its own on it, and a PgBouncer of its own when its pool size
 	// differs from the stack's transaction pool.
 	Stack *stack.Stack
-	// OutDir receives the report (report.json, report.md, timeline.svg)
-	// and the replicas' logs under OutDir/<scenario>; empty writes nothing
-	// but a temp dir for the logs, removed afterwards.
+	// OutDir receives the replicas' logs, under OutDir/<scenario>/replicas,
+	// where package report writes the report beside them; empty keeps the
+	// logs in a temp dir, removed afterwards.
 	OutDir string
 	// Executable is the binary started as each replica; default this one.
 	Executable string
@@ -49,9 +43,10 @@ type RunOptions struct {
 	onReplica func(pid int)
 }
 
-// Run runs one scenario and judges it. The error is for runs that could
-// not be carried out; a run whose measurements disagree with its
-// expectation returns a report whose Verdict fails.
+// Run runs one scenario and judges it, and returns what it measured as
+// data; it writes no report (package report does). The error is for runs
+// that could not be carried out; a run whose measurements disagree with
+// its expectation returns a report whose Verdict fails.
 func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 	sc = sc.WithDefaults()
 	if err := sc.Validate(); err != nil {
@@ -76,6 +71,9 @@ func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 	return r.run(ctx)
 }
 
+// run is one Run in progress. Its methods are spread over this file (the
+// run's course), replica_parent.go (the replica processes) and target.go
+// (what its fault acts on).
 type run struct {
 	sc    Scenario
 	opts  RunOptions
@@ -83,13 +81,12 @@ type run struct {
 	exe   string
 	began time.Time
 
-	dir        string // reports and logs
+	dir        string // the replicas' logs
 	tempDir    bool
 	db         string
 	direct     stack.Endpoint
 	leaseEP    stack.Endpoint
 	workEP     stack.Endpoint
-	bouncer    string        // a bouncer this run added
 	conn       *pgxpool.Pool // direct, to the run's database; reconnects after a Postgres restart
 	leaseCheck string
 	toxics     *toxiproxy.ApiServer
@@ -98,14 +95,6 @@ type run struct {
 	mu       sync.Mutex
 	replicas []*replica
 	cleanups []func()
-}
-
-type replica struct {
-	id   string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
 }
 
 func (r *run) run(ctx context.Context) (*Report, error) {
@@ -121,15 +110,15 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	}
 	r.log.Info("measuring", "scenario", r.sc.Name, "duration", r.sc.Duration, "fault", r.sc.Fault)
 	measureEnd := time.Now().Add(r.sc.Duration)
-	if f, ok := lookupFault(r.sc.Fault); ok {
-		if err := sleepCtx(ctx, r.sc.Duration/3); err != nil {
+	if f, ok := fault.Lookup(r.sc.Fault); ok {
+		if err := wait.Sleep(ctx, r.sc.Duration/3); err != nil {
 			return nil, err
 		}
 		if err := r.inject(ctx, f); err != nil {
 			return nil, err
 		}
 	}
-	if err := sleepCtx(ctx, time.Until(measureEnd)); err != nil {
+	if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
 		return nil, err
 	}
 	end, err := oracle.LogEvent(ctx, r.conn, oracle.EventMeasureEnd, "", "")
@@ -141,24 +130,13 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance()})
-	rep := r.report(h, m)
-	if r.opts.OutDir != "" {
-		if err := rep.WriteFiles(r.dir); err != nil {
-			return rep, err
-		}
-	}
-	return rep, nil
+	return r.report(h, oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance()})), nil
 }
 
 // inject runs f, logging on the oracle's clock when it began and when it
 // had recovered. The measurement keeps running meanwhile.
-func (r *run) inject(ctx context.Context, f Fault) error {
-	timeout := time.Minute
-	if t, ok := f.(FaultTimeout); ok {
-		timeout = t.Timeout()
-	}
-	fctx, cancel := context.WithTimeout(ctx, timeout)
+func (r *run) inject(ctx context.Context, f fault.Fault) error {
+	fctx, cancel := context.WithTimeout(ctx, fault.TimeoutOf(f))
 	defer cancel()
 	leader, _ := r.Leader(fctx)
 	if _, err := oracle.LogEvent(ctx, r.conn, oracle.EventFault, leader.ID, f.Name()); err != nil {
@@ -172,88 +150,29 @@ func (r *run) inject(ctx context.Context, f Fault) error {
 	return err
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}
-
 // gapTolerance is the longest pause between two pieces of a leader's own
 // work: its poll interval, the lease call and the oracle's writes.
 func (r *run) gapTolerance() time.Duration { return 2*r.sc.PollInterval + 100*time.Millisecond }
 
+// prepare makes what the replicas need: a directory for their logs, the
+// run's database with its endpoints, and the oracle there.
 func (r *run) prepare(ctx context.Context) error {
+	if err := r.logDir(); err != nil {
+		return err
+	}
 	s := r.opts.Stack
-	if r.opts.OutDir != "" {
-		r.dir = filepath.Join(r.opts.OutDir, r.sc.Name)
-		if err := os.MkdirAll(filepath.Join(r.dir, "replicas"), 0o755); err != nil {
-			return err
-		}
-	} else {
-		dir, err := os.MkdirTemp("", "doublerun-run-")
-		if err != nil {
-			return err
-		}
-		r.dir, r.tempDir = dir, true
-		if err := os.MkdirAll(filepath.Join(dir, "replicas"), 0o755); err != nil {
-			return err
-		}
-	}
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	r.db = "run_" + hex.EncodeToString(b)
-	admin, err := pgx.Connect(ctx, s.Postgres().DSN)
-	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+r.db); err != nil {
-		return fmt.Errorf("create run database: %w", err)
+	var err error
+	if r.db, err = s.CreateDatabase(ctx, "run_"); err != nil {
+		return err
 	}
 	if !r.opts.Keep {
-		r.defer_(func() {
-			c, err := pgx.Connect(context.Background(), s.Postgres().DSN)
-			if err != nil {
-				return
-			}
-			defer c.Close(context.Background())
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+r.db+" WITH (FORCE)")
-		})
+		r.defer_(func() { _ = s.DropDatabase(context.Background(), r.db) })
 	}
 	r.direct = s.Postgres().WithDatabase(r.db)
 	if err := r.endpoints(ctx); err != nil {
 		return err
 	}
-	pcfg, err := pgxpool.ParseConfig(r.direct.DSN)
-	if err != nil {
-		return err
-	}
-	pcfg.MaxConns = 4
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "doublerun-runner"
-	r.conn, err = pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return err
-	}
-	r.defer_(r.conn.Close)
-	err = r.conn.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
-		if err := oracle.Migrate(ctx, c.Conn()); err != nil {
-			return err
-		}
-		strategy, _ := lookupStrategy(r.sc.Strategy)
-		if strategy.Setup != nil {
-			if err := strategy.Setup(ctx, c.Conn()); err != nil {
-				return fmt.Errorf("strategy %s setup: %w", r.sc.Strategy, err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := r.connectOracle(ctx); err != nil {
 		return err
 	}
 	if rep, err := lease.CheckEndpoint(ctx, r.leaseEP.DSN); err == nil {
@@ -264,7 +183,23 @@ func (r *run) prepare(ctx context.Context) error {
 	return nil
 }
 
-// endpoints picks the lease and work endpoints for the topology.
+// logDir makes OutDir/<scenario>/replicas, or a temp dir when there is no
+// OutDir.
+func (r *run) logDir() error {
+	if r.opts.OutDir != "" {
+		r.dir = filepath.Join(r.opts.OutDir, r.sc.Name)
+	} else {
+		dir, err := os.MkdirTemp("", "doublerun-run-")
+		if err != nil {
+			return err
+		}
+		r.dir, r.tempDir = dir, true
+	}
+	return os.MkdirAll(filepath.Join(r.dir, "replicas"), 0o755)
+}
+
+// endpoints picks the lease and work endpoints for the topology, starting
+// a transaction pool of the run's own when the stack's has another size.
 func (r *run) endpoints(ctx context.Context) error {
 	s := r.opts.Stack
 	switch r.sc.Topology.Kind {
@@ -278,12 +213,12 @@ func (r *run) endpoints(ctx context.Context) error {
 	}
 	tx := s.Transaction()
 	if tx.PoolSize != r.sc.Topology.PoolSize {
-		r.bouncer = "run-" + r.db[4:]
-		ep, err := s.AddPgBouncer(ctx, r.bouncer, pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: r.sc.Topology.PoolSize})
+		name := "run-" + strings.TrimPrefix(r.db, "run_")
+		ep, err := s.AddPgBouncer(ctx, name, pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: r.sc.Topology.PoolSize})
 		if err != nil {
 			return fmt.Errorf("start a transaction pool of %d: %w", r.sc.Topology.PoolSize, err)
 		}
-		r.defer_(func() { _ = s.RemovePgBouncer(context.Background(), r.bouncer) })
+		r.defer_(func() { _ = s.RemovePgBouncer(context.Background(), name) })
 		tx = ep
 	}
 	tx = tx.WithDatabase(r.db)
@@ -294,194 +229,43 @@ func (r *run) endpoints(ctx context.Context) error {
 	return nil
 }
 
-// isTestBinary reports whether this process is a go test binary, whose
-// replicas must not run the tests if TestMain forgot MaybeRunReplica.
-func isTestBinary() bool { return flag.Lookup("test.run") != nil }
-
-func (r *run) startReplicas(ctx context.Context) error {
-	r.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	r.proxies = map[string][]*toxiproxy.Proxy{}
-	r.defer_(func() {
-		for _, ps := range r.proxies {
-			for _, p := range ps {
-				p.Stop()
+// connectOracle opens the runner's direct pool to the run's database and
+// creates the oracle's tables and the strategy's there.
+func (r *run) connectOracle(ctx context.Context) error {
+	pcfg, err := pgxpool.ParseConfig(r.direct.DSN)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "doublerun-runner"
+	r.conn, err = pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	r.defer_(r.conn.Close)
+	return r.conn.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		if err := oracle.Migrate(ctx, c.Conn()); err != nil {
+			return err
+		}
+		strategy, _ := lookupStrategy(r.sc.Strategy)
+		if strategy.Setup != nil {
+			if err := strategy.Setup(ctx, c.Conn()); err != nil {
+				return fmt.Errorf("strategy %s setup: %w", r.sc.Strategy, err)
 			}
 		}
+		return nil
 	})
-	for i := range r.sc.Replicas {
-		id := fmt.Sprintf("r%d", i+1)
-		leaseDSN, err := r.proxy(id, "lease", r.leaseEP.DSN)
-		if err != nil {
-			return err
-		}
-		workDSN := leaseDSN
-		if r.workEP.DSN != r.leaseEP.DSN {
-			if workDSN, err = r.proxy(id, "work", r.workEP.DSN); err != nil {
-				return err
-			}
-		}
-		spec := replicaSpec{
-			Replica:      id,
-			Strategy:     r.sc.Strategy,
-			LeaseName:    "doublerun-" + r.sc.Name,
-			LeaseDSN:     leaseDSN,
-			WorkDSN:      workDSN,
-			OracleDSN:    r.direct.DSN,
-			PollInterval: r.sc.PollInterval,
-			Work:         r.sc.Work,
-			TTL:          r.sc.TTL,
-			Unfenced:     r.sc.Unfenced,
-		}
-		if err := r.startReplica(ctx, spec); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// proxy starts a toxiproxy proxy for replica in front of dsn's server and
-// returns dsn pointed at it, so a fault can cut one replica's path alone.
-func (r *run) proxy(replica, role, dsn string) (string, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "", err
-	}
-	p := toxiproxy.NewProxy(r.toxics, replica+"-"+role, "127.0.0.1:0", u.Host)
-	if err := p.Start(); err != nil {
-		return "", fmt.Errorf("start proxy for %s: %w", replica, err)
-	}
-	r.proxies[replica] = append(r.proxies[replica], p)
-	u.Host = p.Listen
-	return u.String(), nil
-}
-
-func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	logPath := filepath.Join(r.dir, "replicas", spec.Replica+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	var args []string
-	if isTestBinary() {
-		args = []string{"-test.run=^$"}
-	}
-	cmd := exec.Command(r.exe, args...)
-	cmd.Env = append(os.Environ(), envReplica+"="+string(raw))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own process group so faults can signal one replica alone; Pdeathsig
-	// so no replica outlives a runner that is killed outright.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start replica %s: %w", spec.Replica, err)
-	}
-	rp := &replica{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		rp.err = cmd.Wait()
-		logf.Close()
-		close(rp.done)
-	}()
-	r.mu.Lock()
-	r.replicas = append(r.replicas, rp)
-	r.mu.Unlock()
-	if r.opts.onReplica != nil {
-		r.opts.onReplica(cmd.Process.Pid)
-	}
-	return nil
-}
-
-// waitForLeader waits for the first piece of leader work and starts the
-// measurement there, so start-up time is not counted as leaderless.
-func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		if err := r.conn.QueryRow(ctx, "SELECT count(*) FROM "+oracle.WorkTable).Scan(&n); err != nil {
-			return time.Time{}, err
-		}
-		if n > 0 {
-			return oracle.LogEvent(ctx, r.conn, oracle.EventMeasureStart, "", "")
-		}
-		r.mu.Lock()
-		for _, rp := range r.replicas {
-			select {
-			case <-rp.done:
-				r.mu.Unlock()
-				return time.Time{}, fmt.Errorf("replica %s exited before any leader work (%v); its log: %s%s", rp.id, rp.err, rp.log, tailFile(rp.log))
-			default:
-			}
-		}
-		r.mu.Unlock()
-		if time.Now().After(deadline) {
-			hint := ""
-			if isTestBinary() {
-				hint = "; a test binary must call scenarios.MaybeRunReplica() first in TestMain"
-			}
-			return time.Time{}, fmt.Errorf("no replica became leader within 30s%s; replica logs in %s", hint, filepath.Join(r.dir, "replicas"))
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// stopReplicas asks every replica to stop, then kills those that do not.
-func (r *run) stopReplicas(ctx context.Context) {
-	r.mu.Lock()
-	reps := append([]*replica(nil), r.replicas...)
-	r.mu.Unlock()
-	for _, rp := range reps {
-		_ = rp.cmd.Process.Signal(syscall.SIGCONT) // a frozen replica cannot stop
-		_ = rp.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	timeout := time.After(15 * time.Second)
-	for _, rp := range reps {
-		select {
-		case <-rp.done:
-		case <-timeout:
-			_, _ = oracle.LogEvent(context.WithoutCancel(ctx), r.conn, oracle.EventReplicaKilled, rp.id, "did not stop within 15s")
-			_ = rp.cmd.Process.Kill()
-			<-rp.done
-		}
-	}
 }
 
 func (r *run) defer_(f func()) { r.cleanups = append(r.cleanups, f) }
 
 // cleanup kills any replica still running and undoes prepare, in reverse.
 func (r *run) cleanup() {
-	r.mu.Lock()
-	reps := append([]*replica(nil), r.replicas...)
-	r.mu.Unlock()
-	for _, rp := range reps {
-		select {
-		case <-rp.done:
-		default:
-			_ = rp.cmd.Process.Kill()
-			<-rp.done
-		}
-	}
+	r.killReplicas()
 	for i := len(r.cleanups) - 1; i >= 0; i-- {
 		r.cleanups[i]()
 	}
 	if r.tempDir {
 		_ = os.RemoveAll(r.dir)
 	}
-}
-
-func tailFile(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil || len(data) == 0 {
-		return ""
-	}
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	return "\n" + string(data)
 }

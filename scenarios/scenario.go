@@ -7,33 +7,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/doublerun/doublerun/scenarios/fault"
 )
-
-// TopologyKind is how a replica reaches Postgres.
-type TopologyKind string
-
-// The topologies. See the package documentation.
-const (
-	Direct      TopologyKind = "direct"
-	Session     TopologyKind = "session"
-	Transaction TopologyKind = "transaction"
-	Pinned      TopologyKind = "pinned"
-)
-
-// Topology is a TopologyKind with its transaction pool size.
-type Topology struct {
-	Kind TopologyKind `json:"kind"`
-	// PoolSize is default_pool_size of the transaction pool (transaction
-	// and pinned); 0 means 1, the size at which #556 reproduces.
-	PoolSize int `json:"pool_size,omitempty"`
-}
-
-func (t Topology) String() string {
-	if t.Kind == Transaction || t.Kind == Pinned {
-		return fmt.Sprintf("%s(pool=%d)", t.Kind, cmp.Or(t.PoolSize, 1))
-	}
-	return string(t.Kind)
-}
 
 // Expectation is what a scenario's measurements must show.
 type Expectation string
@@ -53,8 +29,9 @@ const (
 type Scenario struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
-	// Strategy names a registered lease strategy: advisory,
-	// advisory-unguarded, fenced, or one given to RegisterStrategy.
+	// Strategy names a registered lease strategy: StrategyAdvisory,
+	// StrategyAdvisoryUnguarded, StrategyFenced, or one given to
+	// RegisterStrategy.
 	Strategy string   `json:"strategy"`
 	Topology Topology `json:"topology"`
 	// Replicas is the number of competing replica processes; default 2.
@@ -67,7 +44,8 @@ type Scenario struct {
 	Work time.Duration `json:"work"`
 	// TTL is the fenced lease's TTL; default 2s.
 	TTL time.Duration `json:"ttl"`
-	// Fault names a fault from the chaos catalog; default "none".
+	// Fault names a fault of the catalog, package fault; default
+	// fault.None.
 	Fault string `json:"fault"`
 	// Unfenced makes the side-effect writes skip the fence, to show what
 	// the fence prevents.
@@ -82,8 +60,8 @@ func (s Scenario) WithDefaults() Scenario {
 	s.PollInterval = cmp.Or(s.PollInterval, 100*time.Millisecond)
 	s.Work = cmp.Or(s.Work, 200*time.Millisecond)
 	s.TTL = cmp.Or(s.TTL, 2*time.Second)
-	s.Fault = cmp.Or(s.Fault, NoFault)
-	if s.Topology.Kind == Transaction || s.Topology.Kind == Pinned {
+	s.Fault = cmp.Or(s.Fault, fault.None)
+	if s.Topology.Kind.transactionPooled() {
 		s.Topology.PoolSize = cmp.Or(s.Topology.PoolSize, 1)
 	}
 	return s
@@ -99,10 +77,8 @@ func (s Scenario) Validate() error {
 	if _, ok := lookupStrategy(s.Strategy); !ok {
 		errs = append(errs, fmt.Errorf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
 	}
-	switch s.Topology.Kind {
-	case Direct, Session, Transaction, Pinned:
-	default:
-		errs = append(errs, fmt.Errorf("unknown topology %q; valid: direct, session, transaction, pinned", s.Topology.Kind))
+	if _, err := ParseTopology(string(s.Topology.Kind)); err != nil {
+		errs = append(errs, err)
 	}
 	switch s.Expect {
 	case ExpectSafe, ExpectReproduces, ExpectFenced:
@@ -112,39 +88,55 @@ func (s Scenario) Validate() error {
 	if s.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("replicas %d: need at least 1", s.Replicas))
 	}
-	if f, ok := lookupFault(s.Fault); s.Fault != NoFault && !ok {
-		errs = append(errs, fmt.Errorf("unknown fault %q; valid: %s", s.Fault, strings.Join(FaultNames(), ", ")))
-	} else if ok && !f.Available(s) {
+	if err := fault.CheckName(s.Fault); err != nil {
+		errs = append(errs, err)
+	} else if f, ok := fault.Lookup(s.Fault); ok && !f.Available(s.FaultSetting()) {
 		errs = append(errs, fmt.Errorf("fault %s does not apply to strategy %s on topology %s", s.Fault, s.Strategy, s.Topology))
 	}
 	return errors.Join(errs...)
 }
 
+// FaultSetting is what the fault catalog may know of a run of s: its
+// strategy's traits (none for a strategy not registered), whether its work
+// goes through PgBouncer, its TTL and the length of a piece of work,
+// defaults applied.
+func (s Scenario) FaultSetting() fault.Setting {
+	s = s.WithDefaults()
+	strategy, _ := lookupStrategy(s.Strategy)
+	return fault.Setting{
+		ReportsBackendPID: strategy.ReportsBackendPID,
+		AdvisoryLock:      strategy.AdvisoryLock,
+		Pooled:            s.Topology.Kind.Pooled(),
+		TTL:               s.TTL,
+		Work:              s.Work,
+	}
+}
+
 // Catalog is the built-in scenarios. Issue556 and its fixes are the ones
 // `doublerun repro 556` runs.
 var Catalog = []Scenario{
-	{Name: "advisory-direct", Strategy: "advisory", Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+	{Name: "advisory-direct", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		Description: "the original lease on a direct connection"},
-	{Name: "advisory-session", Strategy: "advisory", Topology: Topology{Kind: Session}, Expect: ExpectSafe,
+	{Name: "advisory-session", Strategy: StrategyAdvisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Description: "the original lease through PgBouncer session pooling"},
 	Issue556,
-	{Name: "advisory-unguarded-transaction", Strategy: "advisory-unguarded", Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
+	{Name: "advisory-unguarded-transaction", Strategy: StrategyAdvisoryUnguarded, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
 		Description: "the original lease without its PID guard through transaction pooling (pool of one)"},
 	Issue556Pinned,
-	{Name: "fenced-direct", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+	{Name: "fenced-direct", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		Description: "the table lease on a direct connection"},
-	{Name: "fenced-session", Strategy: "fenced", Topology: Topology{Kind: Session}, Expect: ExpectSafe,
+	{Name: "fenced-session", Strategy: StrategyFenced, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Description: "the table lease through session pooling"},
 	Issue556Fenced,
 }
 
 // The #556 reproduction and its two fixes.
 var (
-	Issue556 = Scenario{Name: "issue-556", Strategy: "advisory", Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
+	Issue556 = Scenario{Name: "issue-556", Strategy: StrategyAdvisory, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
 		Description: "#556: the advisory lease through transaction pooling with a pool of one: two leaders on one backend"}
-	Issue556Pinned = Scenario{Name: "issue-556-pinned", Strategy: "advisory", Topology: Topology{Kind: Pinned, PoolSize: 1}, Expect: ExpectSafe,
+	Issue556Pinned = Scenario{Name: "issue-556-pinned", Strategy: StrategyAdvisory, Topology: Topology{Kind: Pinned, PoolSize: 1}, Expect: ExpectSafe,
 		Description: "#556 fix: the lease on a session-pinned endpoint, the work through the transaction pool"}
-	Issue556Fenced = Scenario{Name: "issue-556-fenced", Strategy: "fenced", Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectSafe,
+	Issue556Fenced = Scenario{Name: "issue-556-fenced", Strategy: StrategyFenced, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectSafe,
 		Description: "#556 fix: the fenced table lease through transaction pooling"}
 )
 
@@ -153,7 +145,7 @@ var (
 func GuardScenarios() []Scenario {
 	var out []Scenario
 	for _, size := range []int{2, 3, 4} {
-		for _, strategy := range []string{"advisory-unguarded", "advisory"} {
+		for _, strategy := range []string{StrategyAdvisoryUnguarded, StrategyAdvisory} {
 			out = append(out, Scenario{
 				Name:     fmt.Sprintf("%s-transaction-pool%d", strategy, size),
 				Strategy: strategy, Topology: Topology{Kind: Transaction, PoolSize: size},

@@ -12,8 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/lease"
 	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -30,7 +33,7 @@ func runScenario(t *testing.T, sc Scenario) *Report {
 	defer cancel()
 	rep, err := Run(ctx, short(sc), RunOptions{Stack: s, OutDir: t.TempDir()})
 	require.NoError(t, err)
-	t.Log(rep.Summary())
+	t.Log(report.Line(rep))
 	return rep
 }
 
@@ -79,6 +82,9 @@ func TestReportFilesRoundTrip(t *testing.T) {
 	rep, err := Run(context.Background(), short(Catalog[0]), RunOptions{Stack: s, OutDir: out})
 	require.NoError(t, err)
 	dir := filepath.Join(out, Catalog[0].Name)
+	_, err = os.Stat(filepath.Join(dir, "report.json"))
+	require.ErrorIs(t, err, os.ErrNotExist, "Run returns data; its callers write the files")
+	require.NoError(t, report.Write(out, rep))
 	for _, f := range []string{"report.json", "report.md", "timeline.svg", "replicas/r1.log", "replicas/r2.log"} {
 		info, err := os.Stat(filepath.Join(dir, f))
 		require.NoError(t, err, f)
@@ -173,5 +179,41 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 			require.Equal(t, tc.pass, v.Pass, v.Reason)
 			require.NotEmpty(t, v.Reason)
 		})
+	}
+}
+
+func TestParseTopologies(t *testing.T) {
+	t.Parallel()
+	ts, err := ParseTopologies(" pinned,direct,pinned ")
+	require.NoError(t, err)
+	require.Equal(t, []TopologyKind{Pinned, Direct}, ts)
+	_, err = ParseTopologies("direct,mesh")
+	require.EqualError(t, err, `unknown topology "mesh"; valid: direct, session, transaction, pinned`)
+	_, err = ParseTopologies(" , ")
+	require.EqualError(t, err, `no topology in " , "; valid: direct, session, transaction, pinned`)
+	for _, k := range Topologies {
+		require.Equal(t, k != Direct, k.Pooled(), k)
+	}
+}
+
+// What the fault catalog learns of a scenario: its strategy's traits, the
+// topology's shape and the timings, defaults applied.
+func TestFaultSetting(t *testing.T) {
+	t.Parallel()
+	lock := lease.DefaultAdvisoryLock
+	for _, tc := range []struct {
+		sc   Scenario
+		want fault.Setting
+	}{
+		{Scenario{Strategy: StrategyAdvisory, Topology: Topology{Kind: Pinned}},
+			fault.Setting{ReportsBackendPID: true, AdvisoryLock: &lock, Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},
+		{Scenario{Strategy: StrategyAdvisoryUnguarded, Topology: Topology{Kind: Direct}, TTL: time.Second, Work: time.Minute},
+			fault.Setting{ReportsBackendPID: true, AdvisoryLock: &lock, TTL: time.Second, Work: time.Minute}},
+		{Scenario{Strategy: StrategyFenced, Topology: Topology{Kind: Session}},
+			fault.Setting{Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},
+		{Scenario{Strategy: "not-registered", Topology: Topology{Kind: Transaction}},
+			fault.Setting{Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},
+	} {
+		require.Equal(t, tc.want, tc.sc.FaultSetting(), tc.sc.Strategy)
 	}
 }

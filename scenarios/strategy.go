@@ -13,6 +13,19 @@ import (
 	"github.com/doublerun/doublerun/lease"
 )
 
+// The built-in strategies' names.
+const (
+	// StrategyAdvisory is lease.Advisory, the original session advisory
+	// lock with its backend-PID guard.
+	StrategyAdvisory = "advisory"
+	// StrategyAdvisoryUnguarded is lease.Advisory without the guard, to
+	// show what the guard does.
+	StrategyAdvisoryUnguarded = "advisory-unguarded"
+	// StrategyFenced is lease.Fenced, the table lease with a TTL and a
+	// fencing token.
+	StrategyFenced = "fenced"
+)
+
 // LeaseConfig is what a strategy gets to build one replica's lease.
 type LeaseConfig struct {
 	// Replica identifies the replica; use it as the lease holder.
@@ -28,41 +41,56 @@ type LeaseConfig struct {
 	Logger *slog.Logger
 }
 
-// Strategy builds the leases of one strategy.
+// Strategy builds the leases of one strategy and says what they are, so
+// that the fault catalog knows which faults mean something for them.
 type Strategy struct {
 	// New builds one replica's lease. Required.
 	New func(ctx context.Context, cfg LeaseConfig) (lease.Lease, error)
 	// Setup, if set, runs once per run before any replica starts, on a
 	// direct connection to the run's database (to create tables).
 	Setup func(ctx context.Context, conn *pgx.Conn) error
+
+	// ReportsBackendPID says the lease reports the Postgres backend that
+	// holds it (a BackendPID() int32 method, as lease.LockHolder has); the
+	// oracle then records it with each piece of work.
+	ReportsBackendPID bool
+	// AdvisoryLock is the session advisory lock that is the lease's
+	// leadership; nil for a lease that holds none.
+	AdvisoryLock *lease.AdvisoryLock
+}
+
+// advisory builds the built-in advisory strategies on lease.Advisory,
+// whose lock is lease.DefaultAdvisoryLock.
+func advisory(unguarded bool) Strategy {
+	lock := lease.DefaultAdvisoryLock
+	return Strategy{
+		// The scenarios let the advisory lease run through transaction
+		// pooling: measuring what happens there is their point.
+		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
+			return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
+				DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger,
+				Key1: lock.Key1, Key2: lock.Key2,
+				DisablePIDGuard: unguarded, AllowTransactionPooling: true,
+			})
+		},
+		ReportsBackendPID: true,
+		AdvisoryLock:      &lock,
+	}
 }
 
 var strategies = struct {
 	sync.Mutex
 	m map[string]Strategy
 }{m: map[string]Strategy{
-	"advisory": {New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
-		return lease.NewAdvisory(ctx, advisoryConfig(c, false))
-	}},
-	"advisory-unguarded": {New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
-		return lease.NewAdvisory(ctx, advisoryConfig(c, true))
-	}},
-	"fenced": {
+	StrategyAdvisory:          advisory(false),
+	StrategyAdvisoryUnguarded: advisory(true),
+	StrategyFenced: {
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
 			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger})
 		},
 		Setup: func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, "") },
 	},
 }}
-
-// advisoryConfig lets the advisory lease run through transaction pooling:
-// measuring what happens there is the point of the scenarios.
-func advisoryConfig(c LeaseConfig, unguarded bool) lease.AdvisoryConfig {
-	return lease.AdvisoryConfig{
-		DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger,
-		DisablePIDGuard: unguarded, AllowTransactionPooling: true,
-	}
-}
 
 // RegisterStrategy makes a lease of the user's own available to scenarios
 // under name. Replicas are this same binary started again, so register in
@@ -87,7 +115,7 @@ func lookupStrategy(name string) (Strategy, bool) {
 	return s, ok
 }
 
-// StrategyNames lists the registered strategies.
+// StrategyNames lists the registered strategies, sorted.
 func StrategyNames() []string {
 	strategies.Lock()
 	defer strategies.Unlock()

@@ -2,34 +2,30 @@ package scenarios
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/jackc/pgx/v5"
 
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
 // The run is the Target its fault acts on.
-var _ Target = (*run)(nil)
+var _ fault.Target = (*run)(nil)
 
-func (r *run) Scenario() Scenario                   { return r.sc }
+func (r *run) Setting() fault.Setting               { return r.sc.FaultSetting() }
 func (r *run) Stack() *stack.Stack                  { return r.opts.Stack }
+func (r *run) Database() string                     { return r.db }
+func (r *run) Direct() stack.Endpoint               { return r.direct }
 func (r *run) LeaseEndpoint() stack.Endpoint        { return r.leaseEP }
 func (r *run) WorkEndpoint() stack.Endpoint         { return r.workEP }
 func (r *run) Proxies(id string) []*toxiproxy.Proxy { return r.proxies[id] }
 
-func (r *run) Leader(ctx context.Context) (Replica, error) {
-	var id string
-	var pid int32
-	err := r.conn.QueryRow(ctx, `SELECT replica, backend_pid FROM `+oracle.WorkTable+` ORDER BY started_at DESC, id DESC LIMIT 1`).Scan(&id, &pid)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Replica{}, errors.New("no replica has led yet")
-	}
+func (r *run) Leader(ctx context.Context) (fault.Replica, error) {
+	id, pid, err := oracle.LatestWork(ctx, r.conn)
 	if err != nil {
-		return Replica{}, err
+		return fault.Replica{}, err
 	}
 	for _, rp := range r.Replicas() {
 		if rp.ID == id {
@@ -37,15 +33,15 @@ func (r *run) Leader(ctx context.Context) (Replica, error) {
 			return rp, nil
 		}
 	}
-	return Replica{}, fmt.Errorf("leader %s is not a replica of this run", id)
+	return fault.Replica{}, fmt.Errorf("leader %s is not a replica of this run", id)
 }
 
-func (r *run) Replicas() []Replica {
+func (r *run) Replicas() []fault.Replica {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]Replica, 0, len(r.replicas))
+	out := make([]fault.Replica, 0, len(r.replicas))
 	for _, rp := range r.replicas {
-		out = append(out, Replica{ID: rp.id, PID: rp.cmd.Process.Pid})
+		out = append(out, fault.Replica{ID: rp.id, PID: rp.cmd.Process.Pid})
 	}
 	return out
 }

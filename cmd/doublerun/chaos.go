@@ -11,6 +11,8 @@ import (
 
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/report"
 )
 
 const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR]
@@ -39,14 +41,14 @@ func chaosCommand() command {
 		name: "chaos", summary: "run the fault matrix and judge every cell", usage: chaosUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
 			fs := newFlagSet("chaos", chaosUsage, e)
-			fault := fs.String("fault", "", "run only this fault (or none); see the list in the error for an unknown name")
+			faultName := fs.String("fault", "", "run only this fault (or none); see the list in the error for an unknown name")
 			strategy := fs.String("strategy", "", "run only this strategy: "+strings.Join(chaos.Strategies, ", "))
 			topology := fs.String("topology", "", "run only this topology (overrides "+envChaosTopologies+")")
 			out := fs.String("out", "reports/chaos", "directory for the reports and summary.md")
 			if err := parse(fs, args); err != nil {
 				return err
 			}
-			cells, err := chaosCells(*fault, *strategy, *topology, os.Getenv(envChaosTopologies))
+			cells, err := chaosCells(*faultName, *strategy, *topology, os.Getenv(envChaosTopologies))
 			if err != nil {
 				return err
 			}
@@ -58,24 +60,20 @@ func chaosCommand() command {
 			fmt.Fprintf(e.stdout, "chaos: %d cell(s), reports in %s\n", len(cells), *out)
 			begin := time.Now()
 			results := chaos.RunMatrix(ctx, cells, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
-				func(done, total int, r chaos.Result) {
-					fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line())
+				func(done, total int, c report.Cell) {
+					fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, c.Line())
 				})
 			wall := time.Since(begin)
 			fmt.Fprintln(e.stdout)
-			fmt.Fprint(e.stdout, chaos.Summary(results, wall))
-			if err := chaos.WriteSummary(*out, results, wall); err != nil {
+			fmt.Fprint(e.stdout, report.Summary(results, wall))
+			if err := report.WriteSummary(*out, results, wall); err != nil {
 				return err
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("interrupted after %d of %d cells: %w", len(results), len(cells), ctx.Err())
 			}
-			if failed := chaos.Failed(results); len(failed) > 0 {
-				names := make([]string, len(failed))
-				for i, r := range failed {
-					names[i] = r.Scenario.Name
-				}
-				return fmt.Errorf("%d of %d cells did not match their expectation: %s; see %s/summary.md", len(failed), len(results), strings.Join(names, ", "), *out)
+			if err := report.Verdict(results).Err(); err != nil {
+				return fmt.Errorf("%w; see %s/summary.md", err, *out)
 			}
 			return nil
 		},
@@ -84,25 +82,25 @@ func chaosCommand() command {
 
 // chaosCells picks the cells the flags and CHAOS_TOPOLOGIES select. Each
 // unknown name is a usage error that lists the valid ones.
-func chaosCells(fault, strategy, topology, envTopologies string) ([]scenarios.Scenario, error) {
+func chaosCells(faultName, strategy, topology, envTopologies string) ([]scenarios.Scenario, error) {
 	if strategy != "" && !slices.Contains(chaos.Strategies, strategy) {
 		return nil, usageError{fmt.Sprintf("unknown strategy %q; valid: %s", strategy, strings.Join(chaos.Strategies, ", "))}
 	}
-	if fault != "" && fault != scenarios.NoFault {
-		if _, err := chaos.LookupFault(fault); err != nil {
-			return nil, usageError{fmt.Sprintf("unknown fault %q; valid: %s, %s", fault, scenarios.NoFault, strings.Join(chaos.FaultNames(), ", "))}
+	if faultName != "" {
+		if err := fault.CheckName(faultName); err != nil {
+			return nil, usageError{err.Error()}
 		}
 	}
 	topologies := []scenarios.TopologyKind{scenarios.Transaction}
 	switch {
 	case topology != "":
-		ts, err := chaos.ParseTopologies(topology)
+		ts, err := scenarios.ParseTopologies(topology)
 		if err != nil {
 			return nil, usageError{err.Error()}
 		}
 		topologies = ts
 	case strings.TrimSpace(envTopologies) != "":
-		ts, err := chaos.ParseTopologies(envTopologies)
+		ts, err := scenarios.ParseTopologies(envTopologies)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", envChaosTopologies, err)
 		}
@@ -110,13 +108,13 @@ func chaosCells(fault, strategy, topology, envTopologies string) ([]scenarios.Sc
 	}
 	var cells []scenarios.Scenario
 	for _, sc := range chaos.Matrix(topologies...) {
-		if (fault == "" || sc.Fault == fault) && (strategy == "" || sc.Strategy == strategy) {
+		if (faultName == "" || sc.Fault == faultName) && (strategy == "" || sc.Strategy == strategy) {
 			cells = append(cells, sc)
 		}
 	}
 	if len(cells) == 0 {
-		if fault != "" && strategy != "" && len(topologies) == 1 {
-			if _, err := chaos.Cell(strategy, topologies[0], fault); err != nil {
+		if faultName != "" && strategy != "" && len(topologies) == 1 {
+			if _, err := chaos.Cell(strategy, topologies[0], faultName); err != nil {
 				return nil, usageError{err.Error()}
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/report"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; the
@@ -128,12 +129,10 @@ func printHelp(w io.Writer) {
 // oneLine keeps the first line of an error, which by house rule names what
 // failed and what to do; server logs that follow go to the debug log.
 func oneLine(err error) string {
-	s := err.Error()
-	first, rest, found := strings.Cut(s, "\n")
-	if found && os.Getenv("DOUBLERUN_DEBUG") != "" {
-		return first + "\n" + rest
+	if os.Getenv("DOUBLERUN_DEBUG") != "" {
+		return err.Error()
 	}
-	return first
+	return report.FirstLine(err)
 }
 
 func versionCommand() command {

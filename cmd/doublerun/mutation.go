@@ -87,51 +87,25 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 	if *timeout <= 0 {
 		return usageError{fmt.Sprintf("--timeout must be positive, not %s", *timeout)}
 	}
-	var re *regexp.Regexp
-	if *only != "" {
-		var err error
-		if re, err = regexp.Compile(*only); err != nil {
-			return usageError{fmt.Sprintf("--guard %q: %v", *only, err)}
-		}
-	}
-	guards, err := mutation.LoadManifests(*manifest)
+	guards, err := selectGuards(*manifest, *only)
 	if err != nil {
 		return err
 	}
-	if re != nil {
-		var kept []mutation.Guard
-		for _, g := range guards {
-			if re.MatchString(g.ID) {
-				kept = append(kept, g)
-			}
-		}
-		if len(kept) == 0 {
-			return fmt.Errorf("no guard id in %s matches --guard %q", *manifest, *only)
-		}
-		guards = kept
-	}
-
 	var extraEnv []string
 	if *share && os.Getenv(stack.EnvProvider) != string(stack.ProviderExternal) {
-		s, err := stack.Start(ctx, stack.Options{Logger: e.log})
+		s, closeStack, err := startStack(ctx, e)
 		if err != nil {
 			return fmt.Errorf("shared stack: %w", err)
 		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			if err := s.Close(cctx); err != nil {
-				e.log.Error("shared stack cleanup", "err", err)
-			}
-		}()
-		extraEnv = exportEnv(s.ExportLines())
+		defer closeStack()
+		extraEnv = s.Env()
 		e.log.Info("shared stack up; every guard's tests use it", "provider", s.Provider())
 	}
 
 	var mu sync.Mutex
 	done := 0
 	begin := time.Now()
-	results, runErr := mutation.RunGuards(ctx, guards, mutation.GuardOptions{
+	results, err := mutation.RunGuards(ctx, guards, mutation.GuardOptions{
 		Parallel: *parallel,
 		Timeout:  *timeout,
 		Env:      extraEnv,
@@ -146,25 +120,57 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 			}
 		},
 	})
-	if errors.Is(runErr, context.Canceled) {
+	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("interrupted after %d of %d guards; nothing was left behind", done, len(guards))
 	}
-	if runErr != nil {
-		return runErr
+	if err != nil {
+		return err
 	}
+	return printGuards(e, results, time.Since(begin), *asJSON)
+}
 
+// selectGuards loads the manifests that glob matches and keeps the guards
+// whose id matches the regular expression only (all of them when it is
+// empty).
+func selectGuards(glob, only string) ([]mutation.Guard, error) {
+	var re *regexp.Regexp
+	if only != "" {
+		var err error
+		if re, err = regexp.Compile(only); err != nil {
+			return nil, usageError{fmt.Sprintf("--guard %q: %v", only, err)}
+		}
+	}
+	guards, err := mutation.LoadManifests(glob)
+	if err != nil || re == nil {
+		return guards, err
+	}
+	var kept []mutation.Guard
+	for _, g := range guards {
+		if re.MatchString(g.ID) {
+			kept = append(kept, g)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("no guard id in %s matches --guard %q", glob, only)
+	}
+	return kept, nil
+}
+
+// printGuards prints the results, as a table or as JSON, and fails unless
+// every guard was killed.
+func printGuards(e *env, results []mutation.GuardResult, took time.Duration, asJSON bool) error {
 	var failed []string
 	for _, r := range results {
 		if !r.Passed() {
 			failed = append(failed, fmt.Sprintf("%s (%s)", r.ID, r.Outcome))
 		}
 	}
-	if *asJSON {
+	if asJSON {
 		out := struct {
 			Passed  bool                   `json:"passed"`
 			Seconds float64                `json:"seconds"`
 			Guards  []mutation.GuardResult `json:"guards"`
-		}{len(failed) == 0, time.Since(begin).Seconds(), results}
+		}{len(failed) == 0, took.Seconds(), results}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
@@ -177,22 +183,12 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.Outcome, r.Duration.Round(100*time.Millisecond), r.Detail)
 		}
 		tw.Flush()
-		fmt.Fprintf(e.stdout, "%d of %d guards killed in %s\n", len(results)-len(failed), len(results), time.Since(begin).Round(time.Second))
+		fmt.Fprintf(e.stdout, "%d of %d guards killed in %s\n", len(results)-len(failed), len(results), took.Round(time.Second))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d of %d guards not killed: %s", len(failed), len(results), strings.Join(failed, ", "))
 	}
 	return nil
-}
-
-// exportEnv turns `export NAME='value'` lines into NAME=value.
-func exportEnv(lines []string) []string {
-	var env []string
-	for _, l := range lines {
-		k, v, _ := strings.Cut(strings.TrimPrefix(l, "export "), "=")
-		env = append(env, k+"="+strings.Trim(v, "'"))
-	}
-	return env
 }
 
 func indent(s, prefix string) string {

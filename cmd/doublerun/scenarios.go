@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
@@ -75,6 +76,11 @@ func runCommand() command {
 			if err != nil {
 				return err
 			}
+			if *out != "" {
+				if err := report.Write(*out, rep); err != nil {
+					return err
+				}
+			}
 			if *asJSON {
 				enc := json.NewEncoder(e.stdout)
 				enc.SetIndent("", "  ")
@@ -82,11 +88,11 @@ func runCommand() command {
 					return err
 				}
 			} else {
-				fmt.Fprintln(e.stdout, rep.Summary())
+				fmt.Fprintln(e.stdout, report.Line(rep))
 				fmt.Fprintf(e.stdout, "report: %s/%s/report.md, timeline: %s/%s/timeline.svg\n", *out, sc.Name, *out, sc.Name)
 			}
-			if !rep.Verdict.Pass {
-				return fmt.Errorf("scenario %s: verdict failed: %s", sc.Name, rep.Verdict.Reason)
+			if err := rep.Verdict.Err(); err != nil {
+				return fmt.Errorf("scenario %s: verdict failed: %w", sc.Name, err)
 			}
 			return nil
 		},
@@ -132,16 +138,22 @@ func reproCommand() command {
 			defer closeStack()
 			begin := time.Now()
 			res, err := scenarios.Repro556(ctx, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
-				func(line string) { fmt.Fprintln(e.stdout, line) })
+				func(rep *scenarios.Report) error {
+					fmt.Fprintln(e.stdout, report.Line(rep))
+					if *out == "" {
+						return nil
+					}
+					return report.Write(*out, rep)
+				})
 			if err != nil {
 				fmt.Fprintln(e.stdout, "Failed to reproduce")
 				return err
 			}
-			res.Print(e.stdout)
+			report.Repro556(e.stdout, res)
 			fmt.Fprintf(e.stdout, "took %s; reports in %s\n", time.Since(begin).Round(time.Second), *out)
-			if !res.Success() {
+			if err := res.Verdict().Err(); err != nil {
 				fmt.Fprintln(e.stdout, "Failed to reproduce")
-				return fmt.Errorf("issue 556: %s", res.Why())
+				return fmt.Errorf("issue 556: %w", err)
 			}
 			fmt.Fprintln(e.stdout, "Successful reproduction")
 			return nil

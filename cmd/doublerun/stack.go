@@ -7,8 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
@@ -25,7 +24,8 @@ up     starts Postgres, a session-pooling PgBouncer and a transaction-pooling
 
 check  connects to the stack named by the DOUBLERUN_*_DSN variables and
        prints each endpoint's pool mode, pool size and PgBouncer version,
-       proving the pool mode by behaviour (backend PIDs of two clients).
+       and what lease.CheckEndpoint proves of it by behaviour (direct,
+       pinned or transaction-pooled, with the evidence).
 
 The provider comes from --provider or DOUBLERUN_PROVIDER (auto, docker,
 native); see README.md for the other DOUBLERUN_* variables.
@@ -104,10 +104,15 @@ func stackCheck(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintln(tw, "ENDPOINT\tPOOL MODE\tPOOL SIZE\tPGBOUNCER\tBEHAVIOUR")
 	var errs []error
 	for _, ep := range s.Endpoints() {
-		behaviour, err := probeSharing(ctx, ep)
+		// The lease's own check: what the admin console claims is one
+		// thing, what two clients see is the proof.
+		rep, err := lease.CheckEndpoint(ctx, ep.DSN)
+		behaviour := rep.Kind.String()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", ep.Name, err))
 			behaviour = "error: " + oneLine(err)
+		} else if len(rep.Evidence) > 0 {
+			behaviour += " (" + rep.Evidence[0] + ")"
 		}
 		mode, size, ver := string(ep.PoolMode), fmt.Sprint(ep.PoolSize), ep.Version
 		if ep.Direct() {
@@ -117,29 +122,4 @@ func stackCheck(ctx context.Context, e *env, args []string) error {
 	}
 	tw.Flush()
 	return errors.Join(errs...)
-}
-
-// probeSharing opens two client connections and reports whether they ran on
-// the same Postgres backend, which is what transaction pooling with a small
-// pool does.
-func probeSharing(ctx context.Context, ep stack.Endpoint) (string, error) {
-	cfg, err := ep.ConnConfig()
-	if err != nil {
-		return "", err
-	}
-	var pids [2]int32
-	for i := range pids {
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return "", err
-		}
-		defer c.Close(context.WithoutCancel(ctx))
-		if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pids[i]); err != nil {
-			return "", err
-		}
-	}
-	if pids[0] == pids[1] {
-		return fmt.Sprintf("two clients share backend %d", pids[0]), nil
-	}
-	return fmt.Sprintf("two clients on backends %d and %d", pids[0], pids[1]), nil
 }

@@ -33,4 +33,11 @@
 // brute force (a count of working replicas per millisecond over random
 // histories), and the package has a floor in the mutation gate's baseline.
 // Those tests need no server: the figures are arithmetic over a History.
+//
+// # The oracle owns its tables
+//
+// No other package names the oracle's tables: replicas log through a
+// [Recorder] (their side-effect write too, [Recorder.SideEffect]), the
+// runner and the faults ask [LatestWork], [WorkBegun] and [AnyWork], and
+// [Load] reads a run back.
 package oracle

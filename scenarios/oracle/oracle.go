@@ -9,29 +9,30 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Table names. SideEffects lives on the work endpoint's database, which in
-// every topology is the same database as the oracle's.
+// The oracle's tables, which no other package names: it reads and writes
+// them only through this package. The side effects land through the work
+// endpoint, whose database is in every topology the oracle's own.
 const (
-	WorkTable        = "doublerun_oracle_work"
-	GrantsTable      = "doublerun_oracle_grants"
-	EventsTable      = "doublerun_oracle_events"
-	RejectedTable    = "doublerun_oracle_rejected"
-	SideEffectsTable = "doublerun_side_effects"
+	workTable        = "doublerun_oracle_work"
+	grantsTable      = "doublerun_oracle_grants"
+	eventsTable      = "doublerun_oracle_events"
+	rejectedTable    = "doublerun_oracle_rejected"
+	sideEffectsTable = "doublerun_side_effects"
 )
 
 var schema = []string{
-	`CREATE TABLE IF NOT EXISTS ` + WorkTable + ` (
+	`CREATE TABLE IF NOT EXISTS ` + workTable + ` (
 		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, backend_pid int NOT NULL DEFAULT 0,
 		started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz)`,
-	`CREATE TABLE IF NOT EXISTS ` + GrantsTable + ` (
+	`CREATE TABLE IF NOT EXISTS ` + grantsTable + ` (
 		replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(),
 		PRIMARY KEY (replica, token))`,
-	`CREATE TABLE IF NOT EXISTS ` + EventsTable + ` (
+	`CREATE TABLE IF NOT EXISTS ` + eventsTable + ` (
 		id bigserial PRIMARY KEY, kind text NOT NULL, replica text NOT NULL DEFAULT '', detail text NOT NULL DEFAULT '',
 		at timestamptz NOT NULL DEFAULT clock_timestamp())`,
-	`CREATE TABLE IF NOT EXISTS ` + RejectedTable + ` (
+	`CREATE TABLE IF NOT EXISTS ` + rejectedTable + ` (
 		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
-	`CREATE TABLE IF NOT EXISTS ` + SideEffectsTable + ` (
+	`CREATE TABLE IF NOT EXISTS ` + sideEffectsTable + ` (
 		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
 }
 
@@ -75,7 +76,7 @@ func (r *Recorder) Close() { r.pool.Close() }
 // Begin logs the start of a piece of work and returns its id for End.
 func (r *Recorder) Begin(ctx context.Context, token int64, backendPID int32) (int64, error) {
 	var id int64
-	err := r.pool.QueryRow(ctx, `INSERT INTO `+WorkTable+` (replica, token, backend_pid) VALUES ($1, $2, $3) RETURNING id`,
+	err := r.pool.QueryRow(ctx, `INSERT INTO `+workTable+` (replica, token, backend_pid) VALUES ($1, $2, $3) RETURNING id`,
 		r.replica, token, backendPID).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("oracle: begin work: %w", err)
@@ -85,7 +86,7 @@ func (r *Recorder) Begin(ctx context.Context, token int64, backendPID int32) (in
 
 // End logs the end of the piece of work id.
 func (r *Recorder) End(ctx context.Context, id int64) error {
-	if _, err := r.pool.Exec(ctx, `UPDATE `+WorkTable+` SET ended_at = clock_timestamp() WHERE id = $1`, id); err != nil {
+	if _, err := r.pool.Exec(ctx, `UPDATE `+workTable+` SET ended_at = clock_timestamp() WHERE id = $1`, id); err != nil {
 		return fmt.Errorf("oracle: end work: %w", err)
 	}
 	return nil
@@ -94,7 +95,7 @@ func (r *Recorder) End(ctx context.Context, id int64) error {
 // Grant logs that this replica is leader under token; only the first call
 // per token is kept.
 func (r *Recorder) Grant(ctx context.Context, token int64) error {
-	_, err := r.pool.Exec(ctx, `INSERT INTO `+GrantsTable+` (replica, token) VALUES ($1, $2) ON CONFLICT DO NOTHING`, r.replica, token)
+	_, err := r.pool.Exec(ctx, `INSERT INTO `+grantsTable+` (replica, token) VALUES ($1, $2) ON CONFLICT DO NOTHING`, r.replica, token)
 	if err != nil {
 		return fmt.Errorf("oracle: grant: %w", err)
 	}
@@ -103,7 +104,7 @@ func (r *Recorder) Grant(ctx context.Context, token int64) error {
 
 // Rejected logs a side-effect write the fence refused.
 func (r *Recorder) Rejected(ctx context.Context, token int64) error {
-	if _, err := r.pool.Exec(ctx, `INSERT INTO `+RejectedTable+` (replica, token) VALUES ($1, $2)`, r.replica, token); err != nil {
+	if _, err := r.pool.Exec(ctx, `INSERT INTO `+rejectedTable+` (replica, token) VALUES ($1, $2)`, r.replica, token); err != nil {
 		return fmt.Errorf("oracle: rejected write: %w", err)
 	}
 	return nil
@@ -115,13 +116,16 @@ func (r *Recorder) Event(ctx context.Context, kind, detail string) error {
 	return err
 }
 
+// EventChaos is the event kind with which a fault logs the moments its
+// steps really took hold (SIGSTOP delivered, partition in place, Postgres
+// back up), beside the runner's own EventFault and EventHealed.
+const EventChaos = "chaos"
+
 // LogEvent logs an event through any direct connection and returns its
 // time on the one clock.
-func LogEvent(ctx context.Context, db interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, kind, replica, detail string) (time.Time, error) {
+func LogEvent(ctx context.Context, db Querier, kind, replica, detail string) (time.Time, error) {
 	var at time.Time
-	err := db.QueryRow(ctx, `INSERT INTO `+EventsTable+` (kind, replica, detail) VALUES ($1, $2, $3) RETURNING at`,
+	err := db.QueryRow(ctx, `INSERT INTO `+eventsTable+` (kind, replica, detail) VALUES ($1, $2, $3) RETURNING at`,
 		kind, replica, detail).Scan(&at)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("oracle: event %s: %w", kind, err)
@@ -136,7 +140,7 @@ func Load(ctx context.Context, conn interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, start, end time.Time) (History, error) {
 	h := History{Start: start, End: end}
-	rows, err := conn.Query(ctx, `SELECT kind, replica, detail, at FROM `+EventsTable+` ORDER BY at, id`)
+	rows, err := conn.Query(ctx, `SELECT kind, replica, detail, at FROM `+eventsTable+` ORDER BY at, id`)
 	if err != nil {
 		return h, fmt.Errorf("oracle: load events: %w", err)
 	}
@@ -147,7 +151,7 @@ func Load(ctx context.Context, conn interface {
 	if err != nil {
 		return h, fmt.Errorf("oracle: load events: %w", err)
 	}
-	rows, err = conn.Query(ctx, `SELECT replica, token, backend_pid, started_at, ended_at FROM `+WorkTable+` ORDER BY started_at, id`)
+	rows, err = conn.Query(ctx, `SELECT replica, token, backend_pid, started_at, ended_at FROM `+workTable+` ORDER BY started_at, id`)
 	if err != nil {
 		return h, fmt.Errorf("oracle: load work: %w", err)
 	}
@@ -167,7 +171,7 @@ func Load(ctx context.Context, conn interface {
 	if err != nil {
 		return h, fmt.Errorf("oracle: load work: %w", err)
 	}
-	rows, err = conn.Query(ctx, `SELECT replica, token, at FROM `+GrantsTable+` ORDER BY at`)
+	rows, err = conn.Query(ctx, `SELECT replica, token, at FROM `+grantsTable+` ORDER BY at`)
 	if err != nil {
 		return h, fmt.Errorf("oracle: load grants: %w", err)
 	}
@@ -178,8 +182,8 @@ func Load(ctx context.Context, conn interface {
 	if err != nil {
 		return h, fmt.Errorf("oracle: load grants: %w", err)
 	}
-	rows, err = conn.Query(ctx, `SELECT replica, token, at, true FROM `+SideEffectsTable+`
-		UNION ALL SELECT replica, token, at, false FROM `+RejectedTable+` ORDER BY 3`)
+	rows, err = conn.Query(ctx, `SELECT replica, token, at, true FROM `+sideEffectsTable+`
+		UNION ALL SELECT replica, token, at, false FROM `+rejectedTable+` ORDER BY 3`)
 	if err != nil {
 		return h, fmt.Errorf("oracle: load writes: %w", err)
 	}

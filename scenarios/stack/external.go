@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -88,19 +89,15 @@ func describeBouncer(ctx context.Context, name, dsn, adminDSN string) (Endpoint,
 	}, nil
 }
 
-// ExportLines returns `export NAME=value` lines that let other processes
-// share this stack through the external provider.
+// ExportLines returns `export NAME='value'` lines that let other processes
+// share this stack through the external provider: Env, for a shell.
 func (s *Stack) ExportLines() []string {
-	q := func(v string) string { return "'" + v + "'" }
-	sess, tx := s.Session(), s.Transaction()
-	return []string{
-		"export " + EnvProvider + "=" + string(ProviderExternal),
-		"export " + EnvPostgresDSN + "=" + q(s.postgres.DSN),
-		"export " + EnvSessionDSN + "=" + q(sess.DSN),
-		"export " + EnvSessionAdminDSN + "=" + q(sess.AdminDSN),
-		"export " + EnvTransactionDSN + "=" + q(tx.DSN),
-		"export " + EnvTransactionAdminDSN + "=" + q(tx.AdminDSN),
+	var lines []string
+	for _, kv := range s.Env() {
+		name, value, _ := strings.Cut(kv, "=")
+		lines = append(lines, "export "+name+"='"+value+"'")
 	}
+	return lines
 }
 
 // externalBackend starts the bouncers an external stack adds, as native

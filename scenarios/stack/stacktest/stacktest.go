@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"os/signal"
 	"sync"
@@ -71,6 +70,19 @@ func Shared(t testing.TB) *stack.Stack {
 	return shared
 }
 
+// Own starts a stack of the test's own and closes it when the test ends:
+// for tests that stop or restart servers, which would cut every other test
+// off the shared stack.
+func Own(t testing.TB) *stack.Stack {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Options{})
+	require.NoError(t, err, "start a stack of this test's own")
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
 // DB is a database of one test's own, reachable through every endpoint of
 // the shared stack. Through PgBouncer it gets pools of its own, so pool
 // sizes hold per test.
@@ -93,19 +105,11 @@ func NewDB(t testing.TB) DB {
 // NewDBOn creates a fresh database on s and drops it when the test ends.
 func NewDBOn(t testing.TB, s *stack.Stack) DB {
 	t.Helper()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "t_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	MustExec(t, s.Postgres().DSN, fmt.Sprintf("CREATE DATABASE %s", name))
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, s.Postgres().DSN)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name, err := s.CreateDatabase(ctx, "t_")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.DropDatabase(context.Background(), name) })
 	return DB{
 		Name:        name,
 		Stack:       s,

@@ -1,4 +1,4 @@
-package scenarios
+package report
 
 import (
 	"fmt"
@@ -7,13 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 )
 
 // SVG renders the timeline: one lane per replica with its pieces of leader
 // work (open-ended ones hatched), double-run episodes in red across every
 // lane, leaderless episodes in grey, and faults as vertical lines.
-func (r *Report) SVG() string {
+func SVG(r *scenarios.Report) string {
 	h := r.History
 	start, end := h.Start, h.End
 	for _, iv := range h.Intervals {

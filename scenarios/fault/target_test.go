@@ -1,4 +1,4 @@
-package chaos_test
+package fault_test
 
 import (
 	"context"
@@ -16,7 +16,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
@@ -24,32 +25,45 @@ import (
 
 type pgxConn = pgx.Conn
 
-// fakeTarget is a scenarios.Target whose parts a test chooses: real
-// servers, real processes and real proxies, but no runner, so the test can
-// look at the stack while the fault holds.
+func TestMain(m *testing.M) { stacktest.Main(m) }
+
+// lock is the built-in advisory strategies' lock, which the tests take by
+// hand as the leader's lease would.
+var lock = lease.DefaultAdvisoryLock
+
+// shortTTL is an advisory strategy's setting whose holding faults hold
+// 1.5s; its long Work keeps the piece of work newTarget shows fresh, so
+// faults strike at once.
+var shortTTL = fault.Setting{ReportsBackendPID: true, AdvisoryLock: &lock, Pooled: true, TTL: time.Second, Work: time.Hour}
+
+// fakeTarget is a fault.Target whose parts a test chooses: real servers,
+// real processes and real proxies, but no runner, so the test can look at
+// the stack while the fault holds.
 type fakeTarget struct {
-	sc          scenarios.Scenario
-	s           *stack.Stack
+	setting     fault.Setting
+	db          stacktest.DB
 	lease, work stack.Endpoint
-	leader      scenarios.Replica
+	leader      fault.Replica
 	proxies     map[string][]*toxiproxy.Proxy
 
 	mu     sync.Mutex
 	events []string
 }
 
-var _ scenarios.Target = (*fakeTarget)(nil)
+var _ fault.Target = (*fakeTarget)(nil)
 
-func (f *fakeTarget) Scenario() scenarios.Scenario  { return f.sc.WithDefaults() }
-func (f *fakeTarget) Stack() *stack.Stack           { return f.s }
+func (f *fakeTarget) Setting() fault.Setting        { return f.setting }
+func (f *fakeTarget) Stack() *stack.Stack           { return f.db.Stack }
+func (f *fakeTarget) Database() string              { return f.db.Name }
+func (f *fakeTarget) Direct() stack.Endpoint        { return f.db.Postgres }
 func (f *fakeTarget) LeaseEndpoint() stack.Endpoint { return f.lease }
 func (f *fakeTarget) WorkEndpoint() stack.Endpoint  { return f.work }
-func (f *fakeTarget) Replicas() []scenarios.Replica { return []scenarios.Replica{f.leader} }
+func (f *fakeTarget) Replicas() []fault.Replica     { return []fault.Replica{f.leader} }
 func (f *fakeTarget) Proxies(replica string) []*toxiproxy.Proxy {
 	return f.proxies[replica]
 }
 
-func (f *fakeTarget) Leader(context.Context) (scenarios.Replica, error) { return f.leader, nil }
+func (f *fakeTarget) Leader(context.Context) (fault.Replica, error) { return f.leader, nil }
 
 func (f *fakeTarget) Event(_ context.Context, kind, replica, detail string) error {
 	f.mu.Lock()
@@ -84,14 +98,17 @@ func (f *fakeTarget) waitEvent(t *testing.T, s string) {
 // newTarget is a target on db whose lease and work go through
 // db.Transaction, led by replica r1, which the oracle shows in the middle
 // of a piece of work, the moment faults wait for.
-func newTarget(t *testing.T, db stacktest.DB, sc scenarios.Scenario) *fakeTarget {
+func newTarget(t *testing.T, db stacktest.DB, s fault.Setting) *fakeTarget {
 	t.Helper()
 	conn := mustConnect(t, db.Postgres.DSN)
 	require.NoError(t, oracle.Migrate(context.Background(), conn))
-	_, err := conn.Exec(context.Background(), `INSERT INTO `+oracle.WorkTable+` (replica, token) VALUES ('r1', 1)`)
+	rec, err := oracle.NewRecorder(context.Background(), db.Postgres.DSN, "r1")
 	require.NoError(t, err)
-	return &fakeTarget{sc: sc, s: db.Stack, lease: db.Transaction, work: db.Transaction,
-		leader: scenarios.Replica{ID: "r1"}, proxies: map[string][]*toxiproxy.Proxy{}}
+	defer rec.Close()
+	_, err = rec.Begin(context.Background(), 1, 0)
+	require.NoError(t, err)
+	return &fakeTarget{setting: s, db: db, lease: db.Transaction, work: db.Transaction,
+		leader: fault.Replica{ID: "r1"}, proxies: map[string][]*toxiproxy.Proxy{}}
 }
 
 // startProcess starts a stand-in replica process and reaps it when it
@@ -157,6 +174,15 @@ func backendPID(conn *pgx.Conn, timeout time.Duration) (int32, error) {
 	return pid, err
 }
 
+// tryLock takes lock through conn, as the advisory lease does, and
+// reports whether it got it.
+func tryLock(t *testing.T, conn *pgx.Conn) bool {
+	t.Helper()
+	var got bool
+	require.NoError(t, conn.QueryRow(context.Background(), "SELECT pg_try_advisory_lock($1, $2)", lock.Key1, lock.Key2).Scan(&got))
+	return got
+}
+
 // backendAlive reports whether pid is a backend in pg_stat_activity.
 func backendAlive(t *testing.T, s *stack.Stack, pid int32) bool {
 	t.Helper()
@@ -167,7 +193,7 @@ func backendAlive(t *testing.T, s *stack.Stack, pid int32) bool {
 }
 
 // inject runs f.Inject in the background and returns its result channel.
-func inject(t *testing.T, f scenarios.Fault, tg scenarios.Target) <-chan error {
+func inject(t *testing.T, f fault.Fault, tg fault.Target) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- f.Inject(context.Background(), tg) }()

@@ -1,5 +1,8 @@
 package scenarios
 
+// The child side of a replica: what this binary does when the runner
+// started it as one (replica_parent.go). The spec is all it gets.
+
 import (
 	"context"
 	"encoding/json"
@@ -15,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/worker"
 )
@@ -148,10 +152,7 @@ func leaderWork(spec replicaSpec, l lease.Lease, rec *oracle.Recorder, pool *pgx
 		if err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(spec.Work):
-		}
+		_ = wait.Sleep(ctx, spec.Work) // the work itself; a stop ends it early
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		werr := sideEffect(ctx, wctx, spec, pool, rec, term)
@@ -184,7 +185,7 @@ func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, pool *pgxpool.
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+oracle.SideEffectsTable+` (replica, token) VALUES ($1, $2)`, spec.Replica, term.Token); err != nil {
+	if err := rec.SideEffect(ctx, tx, term.Token); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
@@ -201,10 +202,8 @@ func endWork(ctx context.Context, rec *oracle.Recorder, id int64) error {
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if wait.Sleep(ctx, 100*time.Millisecond) != nil {
 			return err
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

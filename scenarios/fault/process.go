@@ -1,0 +1,230 @@
+package fault
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/doublerun/doublerun/scenarios/internal/wait"
+	"github.com/doublerun/doublerun/scenarios/oracle"
+)
+
+// Faults that signal the leader's process.
+
+// ---------------------------------------------------------------------------
+// KILL_LEADER
+
+// KillLeader sends SIGKILL to the leader process. It is not restarted:
+// the run goes on with one replica fewer.
+var KillLeader Fault = killLeader{}
+
+type killLeader struct{}
+
+func (killLeader) Name() string           { return "KILL_LEADER" }
+func (killLeader) Available(Setting) bool { return true }
+
+func (killLeader) Inject(ctx context.Context, t Target) error {
+	l, err := strikeProcess(ctx, t)
+	if err != nil {
+		return err
+	}
+	// Stop it first, so it cannot begin a piece of work after the killed
+	// event, which would then count as running until the end of the run;
+	// log the event; then kill. Its open work ends at the event.
+	if err := syscall.Kill(l.PID, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("SIGSTOP %s (pid %d): %w", l.ID, l.PID, err)
+	}
+	kerr := t.Killed(ctx, l.ID)
+	if err := syscall.Kill(l.PID, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("SIGKILL %s (pid %d): %w", l.ID, l.PID, err)
+	}
+	if kerr != nil {
+		return fmt.Errorf("log that %s was killed: %w", l.ID, kerr)
+	}
+	return waitGone(ctx, l.PID)
+}
+
+// ---------------------------------------------------------------------------
+// FREEZE_LEADER
+
+// FreezeLeader sends SIGSTOP to the leader in the first half of a piece
+// of work, before its write, holds it for longer than the TTL, then
+// sends SIGCONT: the paused holder that resumes believing it still
+// leads, with a write to make.
+var FreezeLeader Fault = freezeLeader{}
+
+type freezeLeader struct{ holding }
+
+func (freezeLeader) Name() string           { return "FREEZE_LEADER" }
+func (freezeLeader) Available(Setting) bool { return true }
+
+func (freezeLeader) Inject(ctx context.Context, t Target) error {
+	l, err := leader(ctx, t)
+	if err == nil && l.PID <= 0 {
+		err = fmt.Errorf("leader %s has no process", l.ID)
+	}
+	if err != nil {
+		return err
+	}
+	conn, err := direct(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// SIGCONT however the injection ends. A frozen replica is the one
+	// fault that must never outlive Inject.
+	defer func() { _ = syscall.Kill(l.PID, syscall.SIGCONT) }()
+	if err := freezeMidWork(ctx, t, conn, l); err != nil {
+		return err
+	}
+	d := Hold(t.Setting())
+	event(ctx, t, l.ID, "SIGSTOP pid %d in the middle of its work, for %s", l.PID, d)
+	herr := hold(ctx, d)
+	rctx, cancel := recoverCtx(ctx)
+	defer cancel()
+	if err := syscall.Kill(l.PID, syscall.SIGCONT); err != nil {
+		return fmt.Errorf("SIGCONT %s (pid %d): %w", l.ID, l.PID, err)
+	}
+	if err := waitState(rctx, l.PID, func(s byte) bool { return s != 'T' && s != 't' }); err != nil {
+		return fmt.Errorf("resume %s: %w", l.ID, err)
+	}
+	event(rctx, t, l.ID, "SIGCONT pid %d", l.PID)
+	return herr
+}
+
+// freezeMidWork stops the leader while the oracle shows it in the first
+// half of a piece of work, before the piece's write, so that it resumes
+// with the write still to make: the case fencing is for. A leader frozen
+// between pieces would only find, on waking, that it lost the lease, and
+// one frozen after its write would have nothing late to write. It waits
+// for such a piece (as strike does), stops the leader, and checks again
+// while it is stopped; after strikeWait it freezes the leader wherever it
+// is, and the event says so.
+func freezeMidWork(ctx context.Context, t Target, conn *pgx.Conn, l Replica) error {
+	half := max(t.Setting().Work/2, 10*time.Millisecond)
+	begun := func() (bool, error) { return oracle.WorkBegun(ctx, conn, l.ID, half) }
+	deadline := time.Now().Add(strikeWait)
+	for {
+		late := time.Now().After(deadline)
+		if ok, err := begun(); err != nil {
+			return err
+		} else if !ok && !late {
+			if err := wait.Sleep(ctx, 2*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := syscall.Kill(l.PID, syscall.SIGSTOP); err != nil {
+			return fmt.Errorf("SIGSTOP %s (pid %d): %w", l.ID, l.PID, err)
+		}
+		if err := waitState(ctx, l.PID, func(s byte) bool { return s == 'T' || s == 't' }); err != nil {
+			return fmt.Errorf("freeze %s: %w", l.ID, err)
+		}
+		if late {
+			event(ctx, t, l.ID, "froze %s without waiting: it began no piece of work within %s", l.ID, strikeWait)
+			return nil
+		}
+		// Stopped now: if the piece is still in its first half, the write
+		// is still to come.
+		if ok, err := begun(); err != nil || ok {
+			return err
+		}
+		if err := syscall.Kill(l.PID, syscall.SIGCONT); err != nil {
+			return err
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// GRACEFUL_HANDOVER
+
+// GracefulHandover sends SIGTERM to the leader: it stops its worker,
+// releases its lease and exits, and another replica takes over.
+var GracefulHandover Fault = gracefulHandover{}
+
+type gracefulHandover struct{}
+
+func (gracefulHandover) Name() string           { return "GRACEFUL_HANDOVER" }
+func (gracefulHandover) Available(Setting) bool { return true }
+
+func (gracefulHandover) Inject(ctx context.Context, t Target) error {
+	l, err := strikeProcess(ctx, t)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(l.PID, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("SIGTERM %s (pid %d): %w", l.ID, l.PID, err)
+	}
+	event(ctx, t, l.ID, "SIGTERM pid %d", l.PID)
+	// The replica finishes its piece of work, closes its lease and exits.
+	if err := waitGone(ctx, l.PID); err != nil {
+		return fmt.Errorf("%s did not stop after SIGTERM: %w", l.ID, err)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// The process's state
+
+// ProcessState returns the one-letter state of process pid from
+// /proc/<pid>/stat: R running, S sleeping, T stopped, Z zombie, ... It
+// fails where there is no /proc.
+func ProcessState(pid int) (byte, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// "pid (comm) S ...": comm may hold spaces and parentheses, so the
+	// state follows the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, data)
+	}
+	return data[i+2], nil
+}
+
+// waitState waits until pid's state satisfies ok. Without /proc it
+// trusts the signal and returns at once.
+func waitState(ctx context.Context, pid int, ok func(byte) bool) error {
+	for {
+		s, err := ProcessState(pid)
+		if errors.Is(err, os.ErrNotExist) {
+			if _, statErr := os.Stat("/proc/self/stat"); statErr != nil {
+				return nil // no /proc on this system
+			}
+			return fmt.Errorf("process %d is gone", pid)
+		}
+		if err != nil {
+			return err
+		}
+		if ok(s) {
+			return nil
+		}
+		if err := wait.Sleep(ctx, 2*time.Millisecond); err != nil {
+			return fmt.Errorf("process %d still in state %c: %w", pid, s, err)
+		}
+	}
+}
+
+// waitGone waits until process pid has exited (a zombie counts as gone:
+// its parent, the runner, reaps it).
+func waitGone(ctx context.Context, pid int) error {
+	for {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		if s, err := ProcessState(pid); err == nil && s == 'Z' {
+			return nil
+		}
+		if err := wait.Sleep(ctx, 10*time.Millisecond); err != nil {
+			return fmt.Errorf("process %d still running: %w", pid, err)
+		}
+	}
+}

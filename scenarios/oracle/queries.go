@@ -1,0 +1,75 @@
+package oracle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier is a direct connection to a run's database, or a pool of them:
+// what the oracle's queries and LogEvent run on.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Execer is where a side-effect write lands: the leader's transaction on
+// the work endpoint (pgx.Tx).
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// ErrNoWork is returned by LatestWork before any replica has begun a piece
+// of leader work.
+var ErrNoWork = errors.New("oracle: no replica has led yet")
+
+// LatestWork returns the replica that most recently began a piece of
+// leader work, and the backend its lease reported for that piece (0 when
+// the strategy reports none). It returns ErrNoWork before any piece began.
+func LatestWork(ctx context.Context, db Querier) (replica string, backendPID int32, err error) {
+	err = db.QueryRow(ctx, `SELECT replica, backend_pid FROM `+workTable+` ORDER BY started_at DESC, id DESC LIMIT 1`).
+		Scan(&replica, &backendPID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, ErrNoWork
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("oracle: latest work: %w", err)
+	}
+	return replica, backendPID, nil
+}
+
+// WorkBegun reports whether replica is in a piece of leader work that began
+// less than within ago on the oracle's clock and has not ended: the moment
+// a fault strikes at.
+func WorkBegun(ctx context.Context, db Querier, replica string, within time.Duration) (bool, error) {
+	var begun bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+workTable+` WHERE replica = $1 AND ended_at IS NULL
+		AND started_at > clock_timestamp() - $2::bigint * interval '1 millisecond')`, replica, within.Milliseconds()).Scan(&begun)
+	if err != nil {
+		return false, fmt.Errorf("oracle: work begun: %w", err)
+	}
+	return begun, nil
+}
+
+// AnyWork reports whether any replica has begun a piece of leader work.
+func AnyWork(ctx context.Context, db Querier) (bool, error) {
+	var found bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+workTable+`)`).Scan(&found); err != nil {
+		return false, fmt.Errorf("oracle: any work: %w", err)
+	}
+	return found, nil
+}
+
+// SideEffect makes the side-effect write of this replica's piece of work
+// under token, through tx: the leader's own transaction on the work
+// endpoint, which the fence checked first. Load reads the accepted writes
+// back from where they landed; Rejected logs the ones the fence refused.
+func (r *Recorder) SideEffect(ctx context.Context, tx Execer, token int64) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+sideEffectsTable+` (replica, token) VALUES ($1, $2)`, r.replica, token); err != nil {
+		return fmt.Errorf("oracle: side-effect write: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/doublerun/doublerun/scenarios/internal/wait"
+	"github.com/doublerun/doublerun/scenarios/oracle"
+)
+
+// The parent side of a replica: the runner starts each replica as this
+// binary again, behind proxies of its own, watches it, and stops it.
+// replica_child.go is what the started process does.
+
+// replica is one replica process the runner started.
+type replica struct {
+	id   string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// isTestBinary reports whether this process is a go test binary, whose
+// replicas must not run the tests if TestMain forgot MaybeRunReplica.
+func isTestBinary() bool { return flag.Lookup("test.run") != nil }
+
+func (r *run) startReplicas(ctx context.Context) error {
+	r.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	r.proxies = map[string][]*toxiproxy.Proxy{}
+	r.defer_(func() {
+		for _, ps := range r.proxies {
+			for _, p := range ps {
+				p.Stop()
+			}
+		}
+	})
+	for i := range r.sc.Replicas {
+		id := fmt.Sprintf("r%d", i+1)
+		leaseDSN, err := r.proxy(id, "lease", r.leaseEP.DSN)
+		if err != nil {
+			return err
+		}
+		workDSN := leaseDSN
+		if r.workEP.DSN != r.leaseEP.DSN {
+			if workDSN, err = r.proxy(id, "work", r.workEP.DSN); err != nil {
+				return err
+			}
+		}
+		spec := replicaSpec{
+			Replica:      id,
+			Strategy:     r.sc.Strategy,
+			LeaseName:    "doublerun-" + r.sc.Name,
+			LeaseDSN:     leaseDSN,
+			WorkDSN:      workDSN,
+			OracleDSN:    r.direct.DSN,
+			PollInterval: r.sc.PollInterval,
+			Work:         r.sc.Work,
+			TTL:          r.sc.TTL,
+			Unfenced:     r.sc.Unfenced,
+		}
+		if err := r.startReplica(ctx, spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// proxy starts a toxiproxy proxy for replica in front of dsn's server and
+// returns dsn pointed at it, so a fault can cut one replica's path alone.
+func (r *run) proxy(replica, role, dsn string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
+	}
+	p := toxiproxy.NewProxy(r.toxics, replica+"-"+role, "127.0.0.1:0", u.Host)
+	if err := p.Start(); err != nil {
+		return "", fmt.Errorf("start proxy for %s: %w", replica, err)
+	}
+	r.proxies[replica] = append(r.proxies[replica], p)
+	u.Host = p.Listen
+	return u.String(), nil
+}
+
+func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(r.dir, "replicas", spec.Replica+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	var args []string
+	if isTestBinary() {
+		args = []string{"-test.run=^$"}
+	}
+	cmd := exec.Command(r.exe, args...)
+	cmd.Env = append(os.Environ(), envReplica+"="+string(raw))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own process group so faults can signal one replica alone; Pdeathsig
+	// so no replica outlives a runner that is killed outright.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start replica %s: %w", spec.Replica, err)
+	}
+	rp := &replica{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		rp.err = cmd.Wait()
+		logf.Close()
+		close(rp.done)
+	}()
+	r.mu.Lock()
+	r.replicas = append(r.replicas, rp)
+	r.mu.Unlock()
+	if r.opts.onReplica != nil {
+		r.opts.onReplica(cmd.Process.Pid)
+	}
+	return nil
+}
+
+// waitForLeader waits for the first piece of leader work and starts the
+// measurement there, so start-up time is not counted as leaderless.
+func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		led, err := oracle.AnyWork(ctx, r.conn)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if led {
+			return oracle.LogEvent(ctx, r.conn, oracle.EventMeasureStart, "", "")
+		}
+		r.mu.Lock()
+		for _, rp := range r.replicas {
+			select {
+			case <-rp.done:
+				r.mu.Unlock()
+				return time.Time{}, fmt.Errorf("replica %s exited before any leader work (%v); its log: %s%s", rp.id, rp.err, rp.log, tailFile(rp.log))
+			default:
+			}
+		}
+		r.mu.Unlock()
+		if time.Now().After(deadline) {
+			hint := ""
+			if isTestBinary() {
+				hint = "; a test binary must call scenarios.MaybeRunReplica() first in TestMain"
+			}
+			return time.Time{}, fmt.Errorf("no replica became leader within 30s%s; replica logs in %s", hint, filepath.Join(r.dir, "replicas"))
+		}
+		if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+// stopReplicas asks every replica to stop, then kills those that do not.
+func (r *run) stopReplicas(ctx context.Context) {
+	r.mu.Lock()
+	reps := append([]*replica(nil), r.replicas...)
+	r.mu.Unlock()
+	for _, rp := range reps {
+		_ = rp.cmd.Process.Signal(syscall.SIGCONT) // a frozen replica cannot stop
+		_ = rp.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	timeout := time.After(15 * time.Second)
+	for _, rp := range reps {
+		select {
+		case <-rp.done:
+		case <-timeout:
+			_, _ = oracle.LogEvent(context.WithoutCancel(ctx), r.conn, oracle.EventReplicaKilled, rp.id, "did not stop within 15s")
+			_ = rp.cmd.Process.Kill()
+			<-rp.done
+		}
+	}
+}
+
+// killReplicas kills every replica still running, and waits for each.
+func (r *run) killReplicas() {
+	r.mu.Lock()
+	reps := append([]*replica(nil), r.replicas...)
+	r.mu.Unlock()
+	for _, rp := range reps {
+		select {
+		case <-rp.done:
+		default:
+			_ = rp.cmd.Process.Kill()
+			<-rp.done
+		}
+	}
+}
+
+func tailFile(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	if len(data) > 2000 {
+		data = data[len(data)-2000:]
+	}
+	return "\n" + string(data)
+}

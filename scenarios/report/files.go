@@ -1,0 +1,46 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/doublerun/doublerun/scenarios"
+)
+
+// Write writes report.json, report.md and timeline.svg of r into
+// outDir/<scenario name>, beside the replicas' logs the runner put there
+// when RunOptions.OutDir was outDir.
+func Write(outDir string, r *scenarios.Report) error {
+	dir := filepath.Join(outDir, filepath.FromSlash(r.Scenario.Name))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"report.json":  append(js, '\n'),
+		"report.md":    []byte(Markdown(r)),
+		"timeline.svg": []byte(SVG(r)),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	}
+	return nil
+}
+
+// WriteSummary writes Summary to dir/summary.md. Each cell's own
+// report.json, report.md and timeline.svg are under dir/<cell name>
+// (Write).
+func WriteSummary(dir string, cells []Cell, wall time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "summary.md"), []byte(Summary(cells, wall)), 0o644)
+}

@@ -1,0 +1,54 @@
+package report
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/doublerun/doublerun/scenarios"
+)
+
+// Markdown renders a run's report as report.md: what ran, where, and a
+// table of what it measured, ending with the verdict.
+func Markdown(r *scenarios.Report) string {
+	var b strings.Builder
+	m := r.Metrics
+	fmt.Fprintf(&b, "# %s\n\n%s\n\n", r.Scenario.Name, r.Scenario.Description)
+	fmt.Fprintf(&b, "| | |\n|---|---|\n")
+	row := func(k, v string) { fmt.Fprintf(&b, "| %s | %s |\n", k, v) }
+	row("strategy", r.Scenario.Strategy)
+	row("topology", r.Scenario.Topology.String())
+	row("replicas", fmt.Sprint(r.Scenario.Replicas))
+	row("measured for", r.Scenario.Duration.String())
+	row("poll interval / work / TTL", fmt.Sprintf("%s / %s / %s", r.Scenario.PollInterval, r.Scenario.Work, r.Scenario.TTL))
+	row("fault", r.Scenario.Fault)
+	row("provider", r.Stack.Provider)
+	row("lease endpoint", r.Stack.Lease)
+	row("lease endpoint check", r.Stack.LeaseEndpoint)
+	row("work endpoint", r.Stack.Work)
+	row("**double-run window**", fmt.Sprintf("%s in %d episodes (longest %s)", m.DoubleRun.Total, m.DoubleRun.Episodes, m.DoubleRun.Longest))
+	row("**leaderless window**", fmt.Sprintf("%s in %d episodes (longest %s; gaps ≤ %s ignored)", m.Leaderless.Total, m.Leaderless.Episodes, m.Leaderless.Longest, r.GapTolerance))
+	fo := "-"
+	if m.FailoverLatency != nil {
+		fo = m.FailoverLatency.String()
+	}
+	row("failover latency", fo)
+	row("most leaders at once", fmt.Sprint(m.MaxConcurrentLeaders))
+	row("terms granted / leadership changes", fmt.Sprintf("%d / %d", m.Terms, m.LeadershipChanges))
+	row("side-effect writes accepted", fmt.Sprint(m.Writes))
+	row("stale writes accepted / rejected", fmt.Sprintf("%d / %d", m.StaleWrites.Accepted, m.StaleWrites.Rejected))
+	if pids := r.BackendPIDs(); len(pids) > 0 {
+		var parts []string
+		for _, id := range slices.Sorted(maps.Keys(pids)) {
+			parts = append(parts, fmt.Sprintf("%s: %v", id, pids[id]))
+		}
+		row("lease backend PIDs", strings.Join(parts, "; "))
+	}
+	verdict := "PASS"
+	if !r.Verdict.Pass {
+		verdict = "FAIL"
+	}
+	row("**verdict**", fmt.Sprintf("%s (expected %s): %s", verdict, r.Verdict.Expect, r.Verdict.Reason))
+	return b.String()
+}

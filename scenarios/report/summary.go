@@ -1,0 +1,139 @@
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
+)
+
+// Cell is one run of a matrix as its summary shows it: the scenario, its
+// report, or the error that kept it from running as designed, and what
+// the check of the stack after it found.
+type Cell struct {
+	Scenario scenarios.Scenario
+	// Report is nil when the run could not be carried out; Err says why.
+	Report *scenarios.Report
+	Err    error
+	// Wall is how long the cell took, set-up included.
+	Wall time.Duration
+	// Notes are what the check after the cell found and repaired: a
+	// server of the stack that no longer answered (PgBouncer 1.18 can
+	// crash on a cancel request; see package chaos, "Findings").
+	Notes []string
+}
+
+// Verdict is the cell's report's verdict, and a failed one when the cell
+// could not run as designed.
+func (c Cell) Verdict() scenarios.Verdict {
+	if c.Err != nil || c.Report == nil {
+		return scenarios.Verdict{Expect: c.Scenario.Expect, Reason: "could not run as designed: " + FirstLine(c.Err)}
+	}
+	return c.Report.Verdict
+}
+
+// Line is the progress line of a cell, with its notes under it.
+func (c Cell) Line() string {
+	var line string
+	if c.Report == nil {
+		line = fmt.Sprintf("ERROR %-40s %s", c.Scenario.Name, FirstLine(c.Err))
+	} else {
+		line = fmt.Sprintf("%s  (%s)", Line(c.Report), c.Wall.Round(100*time.Millisecond))
+		if c.Err != nil {
+			line += "\n    error: " + FirstLine(c.Err)
+		}
+	}
+	for _, n := range c.Notes {
+		line += "\n    note: " + n
+	}
+	return line
+}
+
+// Failed returns the cells whose verdict failed.
+func Failed(cells []Cell) []Cell {
+	var out []Cell
+	for _, c := range cells {
+		if !c.Verdict().Pass {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Verdict judges a matrix: it passes when every cell did, and its reason
+// names the cells that did not.
+func Verdict(cells []Cell) scenarios.Verdict {
+	failed := Failed(cells)
+	if len(failed) == 0 {
+		return scenarios.Verdict{Pass: true, Reason: fmt.Sprintf("all %d cells matched their expectation", len(cells))}
+	}
+	names := make([]string, len(failed))
+	for i, c := range failed {
+		names[i] = c.Scenario.Name
+	}
+	return scenarios.Verdict{Reason: fmt.Sprintf("%d of %d cells did not match their expectation: %s", len(failed), len(cells), strings.Join(names, ", "))}
+}
+
+// Summary renders cells as one Markdown table by strategy × fault (and
+// topology): the double-run window with its episodes, the leaderless
+// window, stale writes accepted / rejected, the expectation and the
+// verdict; the cells that failed follow with their reasons, and then what
+// the checks of the stack repaired. Rows are sorted by strategy name,
+// fault in catalog order and topology in scenarios.Topologies order.
+func Summary(cells []Cell, wall time.Duration) string {
+	sorted := slices.Clone(cells)
+	strategies := scenarios.StrategyNames()
+	faults := append([]string{fault.None}, fault.Names()...)
+	slices.SortStableFunc(sorted, func(a, b Cell) int {
+		return cmp.Or(
+			cmp.Compare(slices.Index(strategies, a.Scenario.Strategy), slices.Index(strategies, b.Scenario.Strategy)),
+			cmp.Compare(slices.Index(faults, a.Scenario.Fault), slices.Index(faults, b.Scenario.Fault)),
+			cmp.Compare(slices.Index(scenarios.Topologies, a.Scenario.Topology.Kind), slices.Index(scenarios.Topologies, b.Scenario.Topology.Kind)),
+		)
+	})
+	var b strings.Builder
+	failed := Failed(cells)
+	fmt.Fprintf(&b, "# Chaos matrix\n\n%d cells, %d matched their expectation, %d did not; wall time %s.\n\n",
+		len(cells), len(cells)-len(failed), len(failed), wall.Round(time.Second))
+	b.WriteString("| strategy | fault | topology | double-run (episodes) | leaderless | stale writes accepted / rejected | expect | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, c := range sorted {
+		sc := c.Scenario
+		if c.Report == nil {
+			fmt.Fprintf(&b, "| %s | %s | %s | - | - | - | %s | **ERROR** |\n", sc.Strategy, sc.Fault, sc.Topology, sc.Expect)
+			continue
+		}
+		m := c.Report.Metrics
+		verdict := "PASS"
+		switch {
+		case c.Err != nil:
+			verdict = "**ERROR**"
+		case !c.Report.Verdict.Pass:
+			verdict = "**FAIL**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s (%d) | %s | %d / %d | %s | %s |\n",
+			sc.Strategy, sc.Fault, sc.Topology, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total,
+			m.StaleWrites.Accepted, m.StaleWrites.Rejected, sc.Expect, verdict)
+	}
+	if len(failed) > 0 {
+		b.WriteString("\n## Cells that did not match their expectation\n\n")
+		for _, c := range failed {
+			fmt.Fprintf(&b, "- `%s`: %s\n", c.Scenario.Name, c.Verdict().Reason)
+		}
+	}
+	var notes []string
+	for _, c := range cells {
+		for _, n := range c.Notes {
+			notes = append(notes, fmt.Sprintf("- after `%s`: %s\n", c.Scenario.Name, n))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n## Stack repairs between cells\n\n")
+		b.WriteString(strings.Join(notes, ""))
+	}
+	return b.String()
+}

@@ -1,0 +1,127 @@
+package scenarios
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/stack"
+)
+
+// ReportSchema names the JSON layout of Report; it changes when a field's
+// meaning does.
+const ReportSchema = "doublerun.report/v1"
+
+// Report is everything one run measured. Its JSON form is documented in
+// the package documentation; it carries the raw history, so every figure
+// can be recomputed with oracle.Analyze.
+type Report struct {
+	Schema   string          `json:"schema"`
+	Scenario Scenario        `json:"scenario"`
+	Stack    StackInfo       `json:"stack"`
+	Began    time.Time       `json:"began"`
+	Wall     oracle.Duration `json:"wall_ms"`
+	// GapTolerance is the oracle option the leaderless window used.
+	GapTolerance oracle.Duration `json:"gap_tolerance_ms"`
+	Replicas     []ReplicaInfo   `json:"replicas"`
+	Metrics      oracle.Metrics  `json:"metrics"`
+	Verdict      Verdict         `json:"verdict"`
+	History      oracle.History  `json:"history"`
+}
+
+// StackInfo says where a run happened.
+type StackInfo struct {
+	Provider      string `json:"provider"`
+	Lease         string `json:"lease_endpoint"`
+	Work          string `json:"work_endpoint"`
+	PgBouncer     string `json:"pgbouncer_version,omitempty"`
+	LeaseEndpoint string `json:"lease_endpoint_check"`
+}
+
+// ReplicaInfo is one replica process.
+type ReplicaInfo struct {
+	ID   string `json:"id"`
+	PID  int    `json:"pid"`
+	Exit string `json:"exit"`
+	Log  string `json:"log,omitempty"`
+}
+
+func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
+	rep := &Report{
+		Schema:       ReportSchema,
+		Scenario:     r.sc,
+		Began:        r.began,
+		Wall:         oracle.Duration(time.Since(r.began)),
+		GapTolerance: oracle.Duration(r.gapTolerance()),
+		Metrics:      m,
+		Verdict:      Judge(r.sc.Expect, m, len(h.Intervals)),
+		History:      h,
+		Stack: StackInfo{
+			Provider:      string(r.opts.Stack.Provider()),
+			Lease:         describe(r.leaseEP),
+			Work:          describe(r.workEP),
+			PgBouncer:     r.workEP.Version,
+			LeaseEndpoint: r.leaseCheck,
+		},
+	}
+	r.mu.Lock()
+	for _, rp := range r.replicas {
+		info := ReplicaInfo{ID: rp.id, PID: rp.cmd.Process.Pid, Exit: "running"}
+		select {
+		case <-rp.done:
+			info.Exit = "exit 0"
+			if rp.err != nil {
+				info.Exit = rp.err.Error()
+			}
+		default:
+		}
+		if !r.tempDir {
+			info.Log = rp.log
+		}
+		rep.Replicas = append(rep.Replicas, info)
+	}
+	r.mu.Unlock()
+	return rep
+}
+
+func describe(ep stack.Endpoint) string {
+	if ep.Direct() {
+		return "postgres (direct)"
+	}
+	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", ep.Name, ep.Version, ep.PoolMode, ep.PoolSize)
+}
+
+// BackendPIDs returns, per replica, the backend PIDs its lease held while
+// it worked, as the advisory lease reports them.
+func (r *Report) BackendPIDs() map[string][]int32 {
+	out := map[string][]int32{}
+	for _, iv := range r.History.Intervals {
+		if iv.BackendPID != 0 && !slices.Contains(out[iv.Replica], iv.BackendPID) {
+			out[iv.Replica] = append(out[iv.Replica], iv.BackendPID)
+		}
+	}
+	return out
+}
+
+// SharedBackend returns a backend PID on which two or more replicas held
+// the lease at the same time, if any.
+func (r *Report) SharedBackend() (pid int32, replicas []string) {
+	by := map[int32]map[string]bool{}
+	for _, iv := range r.History.Intervals {
+		if iv.BackendPID == 0 {
+			continue
+		}
+		if by[iv.BackendPID] == nil {
+			by[iv.BackendPID] = map[string]bool{}
+		}
+		by[iv.BackendPID][iv.Replica] = true
+	}
+	for p, who := range by {
+		if len(who) >= 2 {
+			return p, slices.Sorted(maps.Keys(who))
+		}
+	}
+	return 0, nil
+}

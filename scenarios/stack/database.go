@@ -1,0 +1,43 @@
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CreateDatabase creates a database of its own on the stack's Postgres,
+// named prefix followed by twelve random hex digits, and returns its name.
+// Every endpoint reaches it through Endpoint.WithDatabase; through
+// PgBouncer it gets pools of its own, so a pool size holds per database.
+func (s *Stack) CreateDatabase(ctx context.Context, prefix string) (string, error) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := prefix + hex.EncodeToString(b)
+	conn, err := pgx.Connect(ctx, s.postgres.DSN)
+	if err != nil {
+		return "", fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return name, nil
+}
+
+// DropDatabase drops the database called name, if it exists, ending every
+// session still connected to it.
+func (s *Stack) DropDatabase(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, s.postgres.DSN)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	return nil
+}

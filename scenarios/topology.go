@@ -1,0 +1,86 @@
+package scenarios
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// TopologyKind is how a replica reaches Postgres: the endpoint its lease
+// uses and the one its work uses. See the package documentation.
+type TopologyKind string
+
+// The topologies.
+const (
+	Direct      TopologyKind = "direct"
+	Session     TopologyKind = "session"
+	Transaction TopologyKind = "transaction"
+	Pinned      TopologyKind = "pinned"
+)
+
+// Topologies lists every topology, in the order tables show them.
+var Topologies = []TopologyKind{Direct, Session, Transaction, Pinned}
+
+// Pooled reports whether the work goes through PgBouncer.
+func (k TopologyKind) Pooled() bool { return k != Direct }
+
+// transactionPooled reports whether the work goes through a transaction
+// pool, whose size the Topology carries.
+func (k TopologyKind) transactionPooled() bool { return k == Transaction || k == Pinned }
+
+// Topology is a TopologyKind with its transaction pool size.
+type Topology struct {
+	Kind TopologyKind `json:"kind"`
+	// PoolSize is default_pool_size of the transaction pool (transaction
+	// and pinned); 0 means 1, the size at which #556 reproduces.
+	PoolSize int `json:"pool_size,omitempty"`
+}
+
+func (t Topology) String() string {
+	if t.Kind.transactionPooled() {
+		return fmt.Sprintf("%s(pool=%d)", t.Kind, cmp.Or(t.PoolSize, 1))
+	}
+	return string(t.Kind)
+}
+
+// ParseTopology reads one topology name; the error lists the valid ones.
+func ParseTopology(name string) (TopologyKind, error) {
+	k := TopologyKind(name)
+	if !slices.Contains(Topologies, k) {
+		return "", fmt.Errorf("unknown topology %q; valid: %s", name, topologyNames())
+	}
+	return k, nil
+}
+
+// ParseTopologies reads a comma-separated list of topologies, such as the
+// CHAOS_TOPOLOGIES variable, dropping repeats; the error lists the valid
+// ones.
+func ParseTopologies(list string) ([]TopologyKind, error) {
+	var out []TopologyKind
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		k, err := ParseTopology(s)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no topology in %q; valid: %s", list, topologyNames())
+	}
+	return out, nil
+}
+
+func topologyNames() string {
+	names := make([]string, len(Topologies))
+	for i, k := range Topologies {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
