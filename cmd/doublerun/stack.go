@@ -69,7 +69,6 @@ func stackUp(ctx context.Context, e *env, args []string) error {
 	default:
 		return usageError{fmt.Sprintf("unknown provider %q; valid: auto, docker, native", *provider)}
 	}
-
 	opts, err := stack.Options{Provider: stack.Provider(*provider), TransactionPoolSize: int(poolSize), Logger: e.log}.FromEnv()
 	if err != nil {
 		return err
