@@ -23,10 +23,13 @@ test:
 test-stack:
 	$(GO) test $(TEST_FLAGS) $(STACK_PKGS)
 
-## images: build the local Postgres and PgBouncer images from Debian packages
-## (for Docker engines without a registry). Does nothing when they exist.
+## images: build the local Postgres and PgBouncer images of every version set
+## from Debian packages (IMAGE_SETS=pg15-pgbouncer1.18 for one). The docker
+## provider builds a missing pair on first use; this builds them ahead. Does
+## nothing for a pair built from the current recipe.
+IMAGE_SETS ?=
 images:
-	bash testdata/images/build.sh
+	bash scenarios/stack/images/build.sh $(IMAGE_SETS)
 
 ## stack: start a stack and print export lines for the external provider.
 stack:
