@@ -15,12 +15,15 @@ all: lint build test
 build:
 	$(GO) build -o bin/doublerun ./cmd/doublerun
 
-## test: every test, race detector on, nothing cached.
+## test: every test, race detector on, nothing cached. The stack route is
+## picked (and images built or packages installed) once, up front.
 test:
+	$(GO) run ./scenarios/stack/internal/prepare
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 ## test-stack: the stack, pgbouncer and CLI tests only.
 test-stack:
+	$(GO) run ./scenarios/stack/internal/prepare
 	$(GO) test $(TEST_FLAGS) $(STACK_PKGS)
 
 ## images: build the local Postgres and PgBouncer images of every version set

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/require"
-	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/doublerun/doublerun/pgbouncer"
 )
@@ -31,6 +30,9 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envSweepChild) != "" {
+		runSweepChild()
+	}
 	code := m.Run()
 	if shared.s != nil {
 		_ = shared.s.Close(context.Background())
@@ -207,10 +209,10 @@ func TestUnknownProviderIsRejected(t *testing.T) {
 func TestNativeNamesMissingBinaries(t *testing.T) {
 	t.Parallel()
 	_, err := Start(context.Background(), Options{Provider: ProviderNative, PostgresBinDir: "/nonexistent"})
-	require.ErrorContains(t, err, "initdb not found in DOUBLERUN_POSTGRES_BINDIR=/nonexistent; install package postgresql-15")
+	require.EqualError(t, err, "DOUBLERUN_POSTGRES_BINDIR=/nonexistent does not exist; set it to the directory holding initdb and postgres (such as /usr/lib/postgresql/15/bin) or unset it")
 
 	_, err = Start(context.Background(), Options{Provider: ProviderNative, PgBouncerBin: "/nonexistent/pgbouncer"})
-	require.ErrorContains(t, err, "pgbouncer binary not found at DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer; install package pgbouncer")
+	require.EqualError(t, err, "pgbouncer binary not found at DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer; set it to the pgbouncer binary (such as /usr/sbin/pgbouncer) or unset it")
 }
 
 func TestRestartsKeepEndpointsAnswering(t *testing.T) {
@@ -286,9 +288,7 @@ func requireNothingLeft(t *testing.T, b backend, nodes []node) {
 			require.ErrorIs(t, err, syscall.ESRCH, "%s (pid %d) has exited", p.name, p.cmd.Process.Pid)
 		}
 	case *dockerBackend:
-		cli, err := testcontainers.NewDockerClientWithOpts(context.Background())
-		require.NoError(t, err)
-		defer cli.Close()
+		cli := dockerClient(t)
 		f := client.Filters{}.Add("label", LabelStack+"="+b.id)
 		ctrs, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
 		require.NoError(t, err)
@@ -320,7 +320,7 @@ func TestNativeSweepsDirsOfDeadOwners(t *testing.T) {
 	liveDir := mk(strconv.Itoa(os.Getpid()))
 	unknownDir := mk("")
 
-	sweepStaleDirs(tmp, slog.New(slog.DiscardHandler))
+	sweepStaleDirs(tmp, self(), slog.New(slog.DiscardHandler))
 
 	_, err := os.Stat(deadDir)
 	require.ErrorIs(t, err, os.ErrNotExist, "dir of a dead owner removed")
