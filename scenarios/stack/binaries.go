@@ -171,7 +171,7 @@ func installNative(ctx context.Context, log *slog.Logger, opts Options, why stri
 	if pkgs = missingPackages(opts); len(pkgs) == 0 {
 		return nil // another process installed them while this one waited
 	}
-	log.Info(fmt.Sprintf("native provider: installing %s with apt-get (%s); about 30 s", strings.Join(pkgs, " and "), cmp.Or(why, "its binaries are missing")))
+	log.Info(fmt.Sprintf("native provider: installing %s with apt-get, about 20 s; %s", strings.Join(pkgs, " and "), cmp.Or(why, "its binaries are missing")))
 	for _, args := range [][]string{
 		{"update", "-qq"},
 		append([]string{"install", "-y", "-qq", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300"}, pkgs...),

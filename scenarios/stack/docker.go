@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,9 +50,13 @@ type dockerBackend struct {
 // dockerAvailable reports whether a Docker engine answers, and if not why.
 func dockerAvailable(ctx context.Context) (err error) {
 	defer func() {
-		// testcontainers panics when it finds no Docker host at all.
+		// testcontainers panics, or says "rootless Docker not found", when
+		// it finds no Docker host at all.
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%v", r)
+		}
+		if err != nil && os.Getenv("DOCKER_HOST") == "" && strings.Contains(err.Error(), "Docker not found") {
+			err = errors.New("no Docker socket found (DOCKER_HOST is unset, /var/run/docker.sock is missing)")
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -46,6 +46,7 @@ func self() owner {
 // it cannot tell (another host, no PID), it says no: sweeping a live stack
 // would pull servers from under a running test.
 func (o owner) gone(me owner) bool {
+	// Guard: no PID, no owner to judge (TestOwnerGone/NoPIDIsNeverGone).
 	if o.PID <= 0 {
 		return false
 	}
@@ -57,6 +58,8 @@ func (o owner) gone(me owner) bool {
 	if o.Boot != "" && me.Boot != "" && o.Boot != me.Boot {
 		return true // that boot has ended, and every process of it
 	}
+	// Guard: only a PID that no longer runs is dead; EPERM means it runs
+	// under another user (TestOwnerGone/LiveOwnerIsNotGone).
 	if errors.Is(syscall.Kill(o.PID, 0), syscall.ESRCH) {
 		return true
 	}

@@ -41,7 +41,7 @@ func autoRoute(ctx context.Context, opts Options) (backend, Provider, error) {
 	if _, err := prepareRyuk(ctx, opts.Logger); err != nil {
 		dockerErr = err
 	} else if err := dockerAvailable(ctx); err != nil {
-		dockerErr = fmt.Errorf("no Docker engine answers (%s)", firstLine(err))
+		dockerErr = fmt.Errorf("no Docker engine answers: %s", firstLine(err))
 	} else {
 		b, route, err := dockerRoute(ctx, opts)
 		if err == nil {

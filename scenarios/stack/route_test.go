@@ -66,7 +66,7 @@ func TestAutoTakesNativeWithoutDocker(t *testing.T) {
 	route := logs.with("stack route:")
 	require.Len(t, route, 1, "one route line")
 	require.Contains(t, route[0], "stack route: native binaries: Postgres "+strings.Fields(s.Versions().Postgres)[0])
-	require.Contains(t, route[0], "no Docker engine answers (DOCKER_HOST=unix:///nonexistent/docker.sock")
+	require.Contains(t, route[0], "; no Docker engine answers: DOCKER_HOST=unix:///nonexistent/docker.sock")
 }
 
 // The docker provider runs the version set asked for: the servers it
@@ -192,7 +192,7 @@ func TestNativeInstallsMissingPackagesOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "update -qq\ninstall -y -qq --no-install-recommends -o DPkg::Lock::Timeout=300 postgresql pgbouncer\n", string(calls))
 	require.Equal(t, 1, len(logs.with("installing")))
-	require.Contains(t, logs.with("installing")[0], "native provider: installing postgresql and pgbouncer with apt-get (no Docker engine answers); about 30 s")
+	require.Contains(t, logs.with("installing")[0], "native provider: installing postgresql and pgbouncer with apt-get, about 20 s; no Docker engine answers")
 
 	// What was installed runs.
 	s, err := Start(context.Background(), Options{Provider: ProviderNative, Logger: logs.logger()})

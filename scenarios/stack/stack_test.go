@@ -42,7 +42,10 @@ func TestMain(m *testing.M) {
 
 func sharedStack(t *testing.T) *Stack {
 	t.Helper()
-	shared.once.Do(func() { shared.s, shared.err = Start(context.Background(), Options{}) })
+	shared.once.Do(func() {
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		shared.s, shared.err = Start(context.Background(), Options{Logger: log})
+	})
 	require.NoError(t, shared.err)
 	return shared.s
 }
