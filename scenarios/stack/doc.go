@@ -23,7 +23,7 @@
 //  2. Local images, when the engine answers but cannot pull (no registry).
 //     Missing or outdated ones are built on first use by the embedded
 //     images/build.sh (debootstrap of the set's Debian suite, docker import,
-//     a Dockerfile per image; about 1.5 minutes a pair), with progress
+//     docker create and commit per image; about 70 s a pair), with progress
 //     lines. Builds are serialised across processes with flock, so the test
 //     binaries of `go test ./...` build once. If the engine cannot get the
 //     Ryuk image either, testcontainers' Ryuk is switched off for the
