@@ -55,7 +55,7 @@ func findPostgresBinDir(override string) (string, error) {
 		st, err := os.Stat(override)
 		switch {
 		case err != nil:
-			return "", fmt.Errorf("%s=%s does not exist; %s", EnvPostgresBinDir, override, fix)
+			return "", fmt.Errorf("initdb not found in %s=%s; install package postgresql-15, %s", EnvPostgresBinDir, override, fix)
 		case !st.IsDir():
 			return "", fmt.Errorf("%s=%s is not a directory; %s", EnvPostgresBinDir, override, fix)
 		}
@@ -95,7 +95,7 @@ func findPgBouncer(override string) (string, error) {
 		st, err := os.Stat(override)
 		switch {
 		case err != nil:
-			return "", fmt.Errorf("pgbouncer binary not found at %s=%s; %s", EnvPgBouncerBin, override, fix)
+			return "", fmt.Errorf("pgbouncer binary not found at %s=%s; install package pgbouncer, %s", EnvPgBouncerBin, override, fix)
 		case st.IsDir():
 			return "", fmt.Errorf("%s=%s is a directory, not the pgbouncer binary; %s", EnvPgBouncerBin, override, fix)
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -42,6 +43,7 @@ type dockerBackend struct {
 	id             string
 	labels         map[string]string // stack ID and owner
 	logger         *slog.Logger
+	cli            *testcontainers.DockerClient // closed by close
 	net            *testcontainers.DockerNetwork
 	postgresImage  string
 	pgbouncerImage string
@@ -83,6 +85,7 @@ func dockerAvailable(ctx context.Context) (err error) {
 	return err
 }
 
+// newDockerBackend takes over cli: the backend closes it.
 func newDockerBackend(ctx context.Context, opts Options, cli *testcontainers.DockerClient, imgs dockerImages) (*dockerBackend, error) {
 	me := self()
 	sweepDocker(ctx, cli, me, opts.Logger)
@@ -93,7 +96,7 @@ func newDockerBackend(ctx context.Context, opts Options, cli *testcontainers.Doc
 	if err != nil {
 		return nil, fmt.Errorf("docker: create network: %w%s", err, imageHint(err))
 	}
-	return &dockerBackend{id: id, labels: labels, logger: opts.Logger, net: nw, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer}, nil
+	return &dockerBackend{id: id, labels: labels, logger: opts.Logger, cli: cli, net: nw, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer}, nil
 }
 
 // sweepDocker removes the containers and networks of docker stacks whose
@@ -163,7 +166,7 @@ func (b *dockerBackend) run(ctx context.Context, name string, req testcontainers
 	})
 	var n *dockerNode
 	if ctr != nil {
-		n = &dockerNode{name: name, ctr: ctr}
+		n = &dockerNode{name: name, ctr: ctr, cli: b.cli}
 	}
 	if err != nil {
 		return n, fmt.Errorf("docker: start from image %s: %w%s", req.Image, err, imageHint(err))
@@ -215,6 +218,9 @@ func (b *dockerBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 }
 
 func (b *dockerBackend) close(ctx context.Context) error {
+	if b.cli != nil {
+		defer b.cli.Close()
+	}
 	if b.net == nil {
 		return nil
 	}
@@ -227,9 +233,28 @@ func (b *dockerBackend) close(ctx context.Context) error {
 type dockerNode struct {
 	name string
 	ctr  testcontainers.Container
+	cli  *testcontainers.DockerClient
+
+	mu         sync.Mutex
+	stopSignal string // empty: the image's own
+}
+
+func (n *dockerNode) setPgBouncerVersion(version string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stopSignal = signalName(pgbouncerStopSignal(version))
 }
 
 func (n *dockerNode) stop(ctx context.Context) error {
+	n.mu.Lock()
+	sig := n.stopSignal
+	n.mu.Unlock()
+	if sig != "" {
+		// The stop signal of `docker stop` needs API 1.42; a kill works on
+		// every engine, and the stop below then waits for the exit. If the
+		// kill fails, the stop still stops it, with the image's signal.
+		_, _ = n.cli.ContainerKill(ctx, n.ctr.GetContainerID(), client.ContainerKillOptions{Signal: sig})
+	}
 	timeout := 10 * time.Second
 	if err := n.ctr.Stop(ctx, &timeout); err != nil {
 		return fmt.Errorf("docker: stop %s: %w", n.name, err)

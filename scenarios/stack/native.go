@@ -223,7 +223,7 @@ func (b *nativeBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 		args:    []string{iniPath},
 		logPath: filepath.Join(b.dir, name+".log"),
 		cred:    b.cred,
-		stopSig: syscall.SIGTERM, // immediate shutdown
+		stopSig: pgbouncerStopSignal(cfg.Version), // immediate shutdown
 		uid:     b.uid,
 		gid:     b.gid,
 	}
@@ -329,14 +329,20 @@ func (p *process) exited() error {
 	}
 }
 
+func (p *process) setPgBouncerVersion(version string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopSig = pgbouncerStopSignal(version)
+}
+
 func (p *process) stop(ctx context.Context) error {
 	p.mu.Lock()
-	cmd, done := p.cmd, p.done
+	cmd, done, sig := p.cmd, p.done, p.stopSig
 	p.mu.Unlock()
 	if cmd == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(p.stopSig)
+	_ = cmd.Process.Signal(sig)
 	select {
 	case <-done:
 		return nil

@@ -71,13 +71,17 @@ func dockerRoute(ctx context.Context, opts Options) (*dockerBackend, string, err
 	if err != nil {
 		return nil, "", fmt.Errorf("docker: %w", err)
 	}
-	defer cli.Close()
 	imgs, err := resolveImages(ctx, opts, cli)
 	if err != nil {
+		cli.Close()
 		return nil, "", err
 	}
 	b, err := newDockerBackend(ctx, opts, cli, imgs)
-	return b, imgs.route + note, err
+	if err != nil {
+		cli.Close()
+		return nil, "", err
+	}
+	return b, imgs.route + note, nil
 }
 
 // nativeRoute starts a native backend. When the binaries are missing, it

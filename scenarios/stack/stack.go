@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -196,6 +197,11 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
 	}
 	ep.Version, ep.MaxPreparedStatements, ep.PostgresVersion = seen.Version, seen.MaxPreparedStatements, seen.PostgresVersion
+	// How PgBouncer shuts down at once depends on its version
+	// (TestStoppingABouncerDoesNotWaitForItsClients).
+	if v, ok := n.(interface{ setPgBouncerVersion(string) }); ok {
+		v.setPgBouncerVersion(ep.Version)
+	}
 	if cfg.MaxPreparedStatements > 0 && !pgbouncer.SupportsPreparedStatements(ep.Version) {
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: max_prepared_statements needs PgBouncer 1.21 or later, have %s; use a newer image or leave it 0", name, ep.Version)
 	}
@@ -246,6 +252,22 @@ func (s *Stack) Endpoint(name string) (Endpoint, bool) {
 		return Endpoint{}, false
 	}
 	return b.ep, true
+}
+
+// pgbouncerStopSignal is the signal that shuts PgBouncer down at once, so
+// that a stopped bouncer is gone when StopPgBouncer returns: SIGTERM up to
+// 1.22; from 1.23 SIGTERM waits for every client to leave (a "super safe
+// shutdown") and SIGQUIT is the immediate one.
+func pgbouncerStopSignal(version string) syscall.Signal {
+	if v, err := pgbouncer.ParseVersion(version); err == nil && !v.Less(pgbouncer.Version{Major: 1, Minor: 23}) {
+		return syscall.SIGQUIT
+	}
+	return syscall.SIGTERM
+}
+
+// signalName is sig as the Docker API names it.
+func signalName(sig syscall.Signal) string {
+	return map[syscall.Signal]string{syscall.SIGQUIT: "SIGQUIT", syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT"}[sig]
 }
 
 // Versions names the exact server versions the stack runs: Postgres'

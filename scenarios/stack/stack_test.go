@@ -212,10 +212,10 @@ func TestUnknownProviderIsRejected(t *testing.T) {
 func TestNativeNamesMissingBinaries(t *testing.T) {
 	t.Parallel()
 	_, err := Start(context.Background(), Options{Provider: ProviderNative, PostgresBinDir: "/nonexistent"})
-	require.EqualError(t, err, "DOUBLERUN_POSTGRES_BINDIR=/nonexistent does not exist; set it to the directory holding initdb and postgres (such as /usr/lib/postgresql/15/bin) or unset it")
+	require.EqualError(t, err, "initdb not found in DOUBLERUN_POSTGRES_BINDIR=/nonexistent; install package postgresql-15, set it to the directory holding initdb and postgres (such as /usr/lib/postgresql/15/bin) or unset it")
 
 	_, err = Start(context.Background(), Options{Provider: ProviderNative, PgBouncerBin: "/nonexistent/pgbouncer"})
-	require.EqualError(t, err, "pgbouncer binary not found at DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer; set it to the pgbouncer binary (such as /usr/sbin/pgbouncer) or unset it")
+	require.EqualError(t, err, "pgbouncer binary not found at DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer; install package pgbouncer, set it to the pgbouncer binary (such as /usr/sbin/pgbouncer) or unset it")
 }
 
 func TestRestartsKeepEndpointsAnswering(t *testing.T) {
@@ -238,6 +238,28 @@ func TestRestartsKeepEndpointsAnswering(t *testing.T) {
 	for _, ep := range s.Endpoints() {
 		require.Eventually(t, func() bool { return ping(ctx, ep.DSN) == nil }, 20*time.Second, 100*time.Millisecond,
 			"%s answers after the restarts", ep.Name)
+	}
+}
+
+// A stopped bouncer is gone when StopPgBouncer returns, whatever its
+// version and clients: from PgBouncer 1.23 SIGTERM waits for every client
+// to leave, so the stack stops it with SIGQUIT (pgbouncerStopSignal).
+func TestStoppingABouncerDoesNotWaitForItsClients(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	for _, name := range []string{SessionName, TransactionName} {
+		ep, _ := s.Endpoint(name)
+		connect(t, ep)
+		begin := time.Now()
+		require.NoError(t, s.StopPgBouncer(ctx, name))
+		took := time.Since(begin)
+		t.Logf("PgBouncer %s (%s) stopped with a client connected in %s", ep.Version, name, took)
+		require.Less(t, took, 5*time.Second, "%s waited for its client", name)
+		require.Error(t, ping(ctx, ep.DSN))
+		require.NoError(t, s.StartPgBouncer(ctx, name))
 	}
 }
 

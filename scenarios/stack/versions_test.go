@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,6 +71,16 @@ func TestSetNameFromServerVersions(t *testing.T) {
 		{"", "", "pg?-pgbouncer?"},
 	} {
 		require.Equal(t, tc.want, setName(tc.postgres, tc.pgbouncer), "%q %q", tc.postgres, tc.pgbouncer)
+	}
+}
+
+func TestPgBouncerStopSignalByVersion(t *testing.T) {
+	t.Parallel()
+	for version, want := range map[string]syscall.Signal{
+		"1.18.0": syscall.SIGTERM, "1.22.1": syscall.SIGTERM, "1.23.0": syscall.SIGQUIT,
+		"1.24.1": syscall.SIGQUIT, "2.0.0": syscall.SIGQUIT, "": syscall.SIGTERM,
+	} {
+		require.Equal(t, want, pgbouncerStopSignal(version), version)
 	}
 }
 
