@@ -15,18 +15,24 @@ all: lint build test
 build:
 	$(GO) build -o bin/doublerun ./cmd/doublerun
 
-## test: every test, race detector on, nothing cached.
+## test: every test, race detector on, nothing cached. The stack route is
+## picked (and images built or packages installed) once, up front.
 test:
+	$(GO) run ./scenarios/stack/internal/prepare
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 ## test-stack: the stack, pgbouncer and CLI tests only.
 test-stack:
+	$(GO) run ./scenarios/stack/internal/prepare
 	$(GO) test $(TEST_FLAGS) $(STACK_PKGS)
 
-## images: build the local Postgres and PgBouncer images from Debian packages
-## (for Docker engines without a registry). Does nothing when they exist.
+## images: build the local Postgres and PgBouncer images of every version set
+## from Debian packages (IMAGE_SETS=pg15-pgbouncer1.18 for one). The docker
+## provider builds a missing pair on first use; this builds them ahead. Does
+## nothing for a pair built from the current recipe.
+IMAGE_SETS ?=
 images:
-	bash testdata/images/build.sh
+	bash scenarios/stack/images/build.sh $(IMAGE_SETS)
 
 ## stack: start a stack and print export lines for the external provider.
 stack:

@@ -7,15 +7,61 @@
 // Where the servers come from is a [Provider], chosen by Options.Provider or
 // the DOUBLERUN_PROVIDER environment variable:
 //
-//	auto      docker when a Docker engine answers, otherwise native
+//	auto      the first route below that works (the default)
 //	docker    containers through testcontainers-go, on a private network
 //	native    postgres and pgbouncer binaries as child processes on loopback
 //	external  DSNs from DOUBLERUN_*_DSN variables (see `doublerun stack up`);
 //	          a bouncer added to it runs as a local process, as with native
 //
-// A stack that cannot start fails with one error that names the fix. It
-// never skips: a test that silently skips its database is a test that
-// proves nothing.
+// # Routes
+//
+// A fresh machine needs no setup and no exports. Start (and [Prepare]) logs
+// the route it took in one line, "stack route: ...", through Options.Logger:
+//
+//  1. Public images, when a Docker engine answers and the version set's
+//     public images are present or can be pulled.
+//  2. Local images, when the engine answers but cannot pull (no registry).
+//     Missing or outdated ones are built on first use by the embedded
+//     images/build.sh (debootstrap of the set's Debian suite, docker import,
+//     docker create and commit per image; about 70 s a pair), with progress
+//     lines. Builds are serialised across processes with flock, so the test
+//     binaries of `go test ./...` build once. If the engine cannot get the
+//     Ryuk image either, testcontainers' Ryuk is switched off for the
+//     process; doublerun removes its own containers, and sweeps what a
+//     killed process left.
+//  3. Native binaries, when no engine answers (or it has no images and none
+//     can be built). Missing ones are installed with apt-get when running
+//     as root where apt-get exists (the suite's `postgresql` and
+//     `pgbouncer`; serialised the same way), said in one line; otherwise
+//     the error names the command to run.
+//
+// The docker provider takes routes 1 and 2 only, and the native provider
+// route 3 only. Image variables (DOUBLERUN_POSTGRES_IMAGE,
+// DOUBLERUN_PGBOUNCER_IMAGE) are used exactly as given, never swapped for
+// others; binary variables (DOUBLERUN_POSTGRES_BINDIR, DOUBLERUN_PGBOUNCER_BIN)
+// likewise, and nothing is installed in their place.
+//
+// # Version sets
+//
+// A [VersionSet] is a pair of server versions with its images, such as
+// pg15-pgbouncer1.18 (Debian bookworm's) and pg17-pgbouncer1.24 (Debian
+// trixie's), chosen by Options.Versions or DOUBLERUN_VERSIONS; the default
+// is the newest. It picks the docker provider's images. The native provider
+// runs whatever binaries the host has, and the route line says so when they
+// differ from a set asked for. Whatever runs, [Stack.Versions] and
+// [Endpoint.PostgresVersion] / [Endpoint.Version] name the exact versions,
+// read from the running servers, so reports can name them.
+//
+// # Leftovers
+//
+// Close removes everything a stack created, also after a failed start. A
+// process that is killed outright (SIGKILL, a test timeout) cannot; the
+// next stack started on the machine removes what it left. Native temp dirs
+// carry an owner file and docker containers and networks carry owner labels
+// (LabelOwnerPID and the others): the owner's PID, the start time of that
+// PID, the kernel boot ID and the host name. Whatever belongs to an owner
+// that has certainly ended on this host is removed; anything else is left
+// alone.
 //
 // # Stable addresses
 //

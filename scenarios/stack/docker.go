@@ -2,14 +2,16 @@ package stack
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -22,7 +24,8 @@ import (
 )
 
 // LabelStack is set on every container and network a docker stack creates,
-// with the stack's ID as its value, so leftovers can be found and removed.
+// with the stack's ID as its value, beside the owner labels (LabelOwnerPID
+// and the others), so leftovers can be found and removed.
 const LabelStack = "io.doublerun.stack"
 
 const (
@@ -38,7 +41,9 @@ const (
 // container's stop and start.
 type dockerBackend struct {
 	id             string
+	labels         map[string]string // stack ID and owner
 	logger         *slog.Logger
+	cli            *testcontainers.DockerClient // closed by close
 	net            *testcontainers.DockerNetwork
 	postgresImage  string
 	pgbouncerImage string
@@ -47,9 +52,13 @@ type dockerBackend struct {
 // dockerAvailable reports whether a Docker engine answers, and if not why.
 func dockerAvailable(ctx context.Context) (err error) {
 	defer func() {
-		// testcontainers panics when it finds no Docker host at all.
+		// testcontainers panics, or says "rootless Docker not found", when
+		// it finds no Docker host at all.
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%v", r)
+		}
+		if err != nil && os.Getenv("DOCKER_HOST") == "" && strings.Contains(err.Error(), "Docker not found") {
+			err = errors.New("no Docker socket found (DOCKER_HOST is unset, /var/run/docker.sock is missing)")
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -76,16 +85,65 @@ func dockerAvailable(ctx context.Context) (err error) {
 	return err
 }
 
-func newDockerBackend(ctx context.Context, opts Options) (*dockerBackend, error) {
-	if err := dockerAvailable(ctx); err != nil {
-		return nil, fmt.Errorf("docker engine not answering (%v); start Docker or set DOCKER_HOST, or use %s=native", firstLine(err), EnvProvider)
-	}
+// newDockerBackend takes over cli: the backend closes it.
+func newDockerBackend(ctx context.Context, opts Options, cli *testcontainers.DockerClient, imgs dockerImages) (*dockerBackend, error) {
+	me := self()
+	sweepDocker(ctx, cli, me, opts.Logger)
 	id := randomPassword()[:12]
-	nw, err := tcnetwork.New(ctx, tcnetwork.WithLabels(map[string]string{LabelStack: id}))
+	labels := me.labels()
+	labels[LabelStack] = id
+	nw, err := tcnetwork.New(ctx, tcnetwork.WithLabels(labels))
 	if err != nil {
 		return nil, fmt.Errorf("docker: create network: %w%s", err, imageHint(err))
 	}
-	return &dockerBackend{id: id, logger: opts.Logger, net: nw, postgresImage: opts.PostgresImage, pgbouncerImage: opts.PgBouncerImage}, nil
+	return &dockerBackend{id: id, labels: labels, logger: opts.Logger, cli: cli, net: nw, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer}, nil
+}
+
+// sweepDocker removes the containers and networks of docker stacks whose
+// owner has died. Close removes a stack's own, and so does Ryuk where the
+// engine can get it, but a SIGKILLed process with Ryuk off leaves its
+// servers running; the next docker stack removes them. Anything whose owner
+// may still run, or runs on another host, is left alone (owner.gone).
+func sweepDocker(ctx context.Context, cli *testcontainers.DockerClient, me owner, log *slog.Logger) {
+	f := client.Filters{}.Add("label", LabelOwnerPID)
+	ctrs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		log.Debug("sweep: list containers", "err", err)
+		return
+	}
+	removed := map[string][]string{} // stack ID -> container names
+	for _, c := range ctrs.Items {
+		o := ownerFromLabels(c.Labels)
+		if !o.gone(me) {
+			continue
+		}
+		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+			log.Debug("sweep: remove container", "id", c.ID, "err", err)
+			continue
+		}
+		removed[c.Labels[LabelStack]] = append(removed[c.Labels[LabelStack]], strings.TrimPrefix(strings.Join(c.Names, ","), "/"))
+	}
+	nets, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		log.Debug("sweep: list networks", "err", err)
+		return
+	}
+	for _, n := range nets.Items {
+		if !ownerFromLabels(n.Labels).gone(me) {
+			continue
+		}
+		if _, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil {
+			log.Debug("sweep: remove network", "name", n.Name, "err", err)
+			continue
+		}
+		id := n.Labels[LabelStack]
+		log.Info("removed a docker stack whose owner died", "stack", id, "owner_pid", n.Labels[LabelOwnerPID],
+			"containers", len(removed[id]), "network", n.Name)
+		delete(removed, id)
+	}
+	for id, names := range removed {
+		log.Info("removed a docker stack whose owner died", "stack", id, "containers", len(names))
+	}
 }
 
 func (b *dockerBackend) request(image string, alias string, containerPort, hostPort int) testcontainers.ContainerRequest {
@@ -93,7 +151,7 @@ func (b *dockerBackend) request(image string, alias string, containerPort, hostP
 	return testcontainers.ContainerRequest{
 		Image:          image,
 		ExposedPorts:   []string{port.String()},
-		Labels:         map[string]string{LabelStack: b.id},
+		Labels:         maps.Clone(b.labels),
 		Networks:       []string{b.net.Name},
 		NetworkAliases: map[string][]string{b.net.Name: {alias}},
 		HostConfigModifier: func(hc *container.HostConfig) {
@@ -108,10 +166,10 @@ func (b *dockerBackend) run(ctx context.Context, name string, req testcontainers
 	})
 	var n *dockerNode
 	if ctr != nil {
-		n = &dockerNode{name: name, ctr: ctr}
+		n = &dockerNode{name: name, ctr: ctr, cli: b.cli}
 	}
 	if err != nil {
-		return n, fmt.Errorf("docker: start %s from image %s: %w%s", name, req.Image, err, imageHint(err))
+		return n, fmt.Errorf("docker: start from image %s: %w%s", req.Image, err, imageHint(err))
 	}
 	return n, nil
 }
@@ -160,6 +218,9 @@ func (b *dockerBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 }
 
 func (b *dockerBackend) close(ctx context.Context) error {
+	if b.cli != nil {
+		defer b.cli.Close()
+	}
 	if b.net == nil {
 		return nil
 	}
@@ -172,9 +233,28 @@ func (b *dockerBackend) close(ctx context.Context) error {
 type dockerNode struct {
 	name string
 	ctr  testcontainers.Container
+	cli  *testcontainers.DockerClient
+
+	mu         sync.Mutex
+	stopSignal string // empty: the image's own
+}
+
+func (n *dockerNode) setPgBouncerVersion(version string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stopSignal = signalName(pgbouncerStopSignal(version))
 }
 
 func (n *dockerNode) stop(ctx context.Context) error {
+	n.mu.Lock()
+	sig := n.stopSignal
+	n.mu.Unlock()
+	if sig != "" {
+		// The stop signal of `docker stop` needs API 1.42; a kill works on
+		// every engine, and the stop below then waits for the exit. If the
+		// kill fails, the stop still stops it, with the image's signal.
+		_, _ = n.cli.ContainerKill(ctx, n.ctr.GetContainerID(), client.ContainerKillOptions{Signal: sig})
+	}
 	timeout := 10 * time.Second
 	if err := n.ctr.Stop(ctx, &timeout); err != nil {
 		return fmt.Errorf("docker: stop %s: %w", n.name, err)
@@ -197,7 +277,7 @@ func (n *dockerNode) exited() error {
 	if err != nil || st.Running || st.Status == "created" {
 		return nil
 	}
-	return fmt.Errorf("%s: container %s (exit code %d)", n.name, st.Status, st.ExitCode)
+	return fmt.Errorf("container %s (exit code %d)", st.Status, st.ExitCode)
 }
 
 func (n *dockerNode) terminate(ctx context.Context) error {
@@ -229,9 +309,10 @@ func imageHint(err error) string {
 	msg := strings.ToLower(err.Error())
 	switch {
 	case strings.Contains(msg, "reaper") || strings.Contains(msg, "ryuk"):
-		return "; the engine cannot get the Ryuk image: set TESTCONTAINERS_RYUK_DISABLED=true"
-	case strings.Contains(msg, "pull") || strings.Contains(msg, "not found") || strings.Contains(msg, "no such image"):
-		return fmt.Sprintf("; the image is not present and cannot be pulled: run `make images` and set %s and %s to the local images, or use %s=native", EnvPostgresImage, EnvPgBouncerImage, EnvProvider)
+		return "; the engine cannot get the Ryuk image: set " + envRyukDisabled + "=true"
+	case strings.Contains(msg, "pull") || strings.Contains(msg, "not found") || strings.Contains(msg, "no such image") ||
+		strings.Contains(msg, "registry") || strings.Contains(msg, "manifest unknown"):
+		return fmt.Sprintf("; the image is not present and cannot be pulled: unset %s and %s to let doublerun pick (and build) images, or use %s=native", EnvPostgresImage, EnvPgBouncerImage, EnvProvider)
 	}
 	return ""
 }

@@ -31,6 +31,10 @@ type Endpoint struct {
 	PoolSize int
 	// Version is the PgBouncer version, such as "1.18.0"; empty for Postgres.
 	Version string
+	// PostgresVersion is the server_version of the Postgres behind the
+	// endpoint as a client of it sees it, such as
+	// "15.13 (Debian 15.13-0+deb12u1)". Reports name it beside Version.
+	PostgresVersion string
 	// MaxPreparedStatements is the bouncer's max_prepared_statements.
 	MaxPreparedStatements int
 }

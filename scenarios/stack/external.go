@@ -2,12 +2,16 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/doublerun/doublerun/pgbouncer"
 )
@@ -47,14 +51,20 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 		bouncers: map[string]*bouncer{},
 	}
 	s.postgres = Endpoint{Name: PostgresName, DSN: vars[0].value}
-	if err := ping(ctx, s.postgres.DSN); err != nil {
-		return nil, fmt.Errorf("external provider: %s does not answer: %v", EnvPostgresDSN, firstLine(err))
+	version, err := probe(ctx, s.postgres.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("external provider: %s (%s) does not answer: %s; %s", EnvPostgresDSN, hostPort(s.postgres.DSN), connectCause(err), externalFix)
 	}
-	for _, b := range []struct{ name, dsn, admin string }{
-		{SessionName, vars[1].value, vars[2].value},
-		{TransactionName, vars[3].value, vars[4].value},
+	s.postgres.PostgresVersion = version
+	for _, b := range []struct{ name, dsn, admin, dsnVar, adminVar string }{
+		{SessionName, vars[1].value, vars[2].value, EnvSessionDSN, EnvSessionAdminDSN},
+		{TransactionName, vars[3].value, vars[4].value, EnvTransactionDSN, EnvTransactionAdminDSN},
 	} {
 		ep, err := describeBouncer(ctx, b.name, b.dsn, b.admin)
+		var be *bouncerError
+		if errors.As(err, &be) {
+			return nil, be.external(b.name, b.dsn, b.dsnVar, b.adminVar)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("external provider: %w", err)
 		}
@@ -63,30 +73,103 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 	return s, nil
 }
 
+// externalFix is what to do when an external endpoint does not answer.
+const externalFix = "start that server, or run `doublerun stack up` and eval its export lines, or unset " + EnvProvider
+
+// bouncerError says which of a bouncer's two DSNs failed and why.
+type bouncerError struct {
+	admin bool   // the admin DSN failed, not the client one
+	dsn   string // the DSN that failed
+	// notConsole: the admin DSN reached a server that is not PgBouncer's
+	// admin console (Postgres answers SHOW VERSION with 42704).
+	notConsole bool
+	cause      string
+}
+
+func (e *bouncerError) Error() string {
+	what := "endpoint"
+	if e.admin {
+		what = "admin console"
+	}
+	if e.notConsole {
+		return fmt.Sprintf("%s at %s is not PgBouncer's admin console (%s)", what, hostPort(e.dsn), e.cause)
+	}
+	return fmt.Sprintf("%s at %s does not answer: %s", what, hostPort(e.dsn), e.cause)
+}
+
+// external is the one-line error of an external stack's bouncer, naming the
+// variable to fix; clientDSN is the bouncer's client DSN, whose address the
+// admin DSN shares.
+func (e *bouncerError) external(name, clientDSN, dsnVar, adminVar string) error {
+	switch {
+	case e.notConsole:
+		return fmt.Errorf("external provider: %s reaches Postgres, not PgBouncer's admin console (%s); set it to the %s bouncer's address with database pgbouncer, such as postgres://%s:PASSWORD@%s/pgbouncer",
+			adminVar, e.cause, name, AdminUser, hostPort(clientDSN))
+	case e.admin:
+		return fmt.Errorf("external provider: %s (%s) does not answer: %s; %s", adminVar, hostPort(e.dsn), e.cause, externalFix)
+	}
+	return fmt.Errorf("external provider: %s (%s) does not answer: %s; %s", dsnVar, hostPort(e.dsn), e.cause, externalFix)
+}
+
 func describeBouncer(ctx context.Context, name, dsn, adminDSN string) (Endpoint, error) {
-	if err := ping(ctx, dsn); err != nil {
-		return Endpoint{}, fmt.Errorf("%s endpoint does not answer: %v", name, firstLine(err))
+	postgresVersion, err := probe(ctx, dsn)
+	if err != nil {
+		return Endpoint{}, &bouncerError{dsn: dsn, cause: connectCause(err)}
 	}
 	a, err := pgbouncer.ConnectAdmin(ctx, adminDSN)
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("%s admin console: %v", name, firstLine(err))
+		return Endpoint{}, &bouncerError{admin: true, dsn: adminDSN, cause: connectCause(err)}
 	}
 	defer a.Close(context.WithoutCancel(ctx))
 	version, err := a.Version(ctx)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42704" {
+		return Endpoint{}, &bouncerError{admin: true, dsn: adminDSN, notConsole: true, cause: "SHOW VERSION: " + pgErr.Message}
+	}
 	if err != nil {
-		return Endpoint{}, err
+		return Endpoint{}, fmt.Errorf("%s admin console: %w", name, err)
 	}
 	conf, err := a.Config(ctx)
 	if err != nil {
-		return Endpoint{}, err
+		return Endpoint{}, fmt.Errorf("%s admin console: %w", name, err)
 	}
 	size, _ := strconv.Atoi(conf["default_pool_size"])
 	prepared, _ := strconv.Atoi(conf["max_prepared_statements"])
 	return Endpoint{
 		Name: name, DSN: dsn, AdminDSN: adminDSN,
 		PoolMode: pgbouncer.PoolMode(conf["pool_mode"]), PoolSize: size,
-		Version: version, MaxPreparedStatements: prepared,
+		Version: version, MaxPreparedStatements: prepared, PostgresVersion: postgresVersion,
 	}, nil
+}
+
+// connectCause is a connection error on one line, cause included: pgx puts
+// the cause on the lines after "failed to connect to `user=... database=...`:".
+func connectCause(err error) string {
+	var parts []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimSpace(line)
+		// pgx tries each address twice with sslmode=prefer; one says it.
+		if line == "" || slices.Contains(parts, line) {
+			continue
+		}
+		if strings.HasPrefix(line, "failed to connect to `") && strings.HasSuffix(line, ":") {
+			continue
+		}
+		parts = append(parts, line)
+	}
+	if len(parts) == 0 {
+		return err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// hostPort is the host:port of dsn, for messages that must not print its
+// password.
+func hostPort(dsn string) string {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "?"
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 }
 
 // ExportLines returns `export NAME='value'` lines that let other processes

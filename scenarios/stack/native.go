@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -66,13 +65,13 @@ func newNativeBouncers(opts Options) (*nativeBackend, error) {
 		b.uid, b.gid = uid, gid
 		b.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	sweepStaleDirs(os.TempDir(), opts.Logger)
+	sweepStaleDirs(os.TempDir(), self(), opts.Logger)
 	dir, err := os.MkdirTemp("", nativeDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("native provider: create temp dir: %w", err)
 	}
 	b.dir = dir
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(self().encode()), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("native provider: %w", err)
 	}
@@ -85,7 +84,7 @@ func newNativeBouncers(opts Options) (*nativeBackend, error) {
 
 const (
 	nativeDirPrefix = "doublerun-stack-"
-	// ownerFile holds the PID of the process that started the stack.
+	// ownerFile names the process that started the stack (owner.encode).
 	ownerFile = "owner.pid"
 )
 
@@ -94,19 +93,19 @@ const (
 // killed on a timeout never gets to; its servers die with it (Pdeathsig),
 // and the next native stack removes what is left. Dirs without an owner
 // file, or whose owner still runs, are left alone.
-func sweepStaleDirs(tmp string, log interface{ Info(string, ...any) }) {
+func sweepStaleDirs(tmp string, me owner, log interface{ Info(string, ...any) }) {
 	dirs, _ := filepath.Glob(filepath.Join(tmp, nativeDirPrefix+"*"))
 	for _, dir := range dirs {
 		raw, err := os.ReadFile(filepath.Join(dir, ownerFile))
 		if err != nil {
 			continue
 		}
-		pid, err := strconv.Atoi(string(raw))
-		if err != nil || pid <= 0 || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		o := parseOwner(string(raw))
+		if !o.gone(me) {
 			continue
 		}
 		if err := os.RemoveAll(dir); err == nil {
-			log.Info("removed the temp dir of a native stack whose owner died", "dir", dir, "owner_pid", pid)
+			log.Info("removed the temp dir of a native stack whose owner died", "dir", dir, "owner_pid", o.PID)
 		}
 	}
 }
@@ -224,7 +223,7 @@ func (b *nativeBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 		args:    []string{iniPath},
 		logPath: filepath.Join(b.dir, name+".log"),
 		cred:    b.cred,
-		stopSig: syscall.SIGTERM, // immediate shutdown
+		stopSig: pgbouncerStopSignal(cfg.Version), // immediate shutdown
 		uid:     b.uid,
 		gid:     b.gid,
 	}
@@ -282,7 +281,7 @@ func (p *process) start(context.Context) error {
 	}
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("%s: open log: %w", p.name, err)
+		return fmt.Errorf("open log %s: %w", p.logPath, err)
 	}
 	if p.uid >= 0 {
 		_ = os.Chown(p.logPath, p.uid, p.gid)
@@ -297,7 +296,7 @@ func (p *process) start(context.Context) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("%s: start %s: %w", p.name, p.path, err)
+		return fmt.Errorf("start %s: %w", p.path, err)
 	}
 	done := make(chan struct{})
 	p.cmd, p.done, p.err = cmd, done, nil
@@ -324,20 +323,26 @@ func (p *process) exited() error {
 	case <-done:
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return fmt.Errorf("%s: %w", p.name, p.err)
+		return p.err
 	default:
 		return nil
 	}
 }
 
+func (p *process) setPgBouncerVersion(version string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopSig = pgbouncerStopSignal(version)
+}
+
 func (p *process) stop(ctx context.Context) error {
 	p.mu.Lock()
-	cmd, done := p.cmd, p.done
+	cmd, done, sig := p.cmd, p.done, p.stopSig
 	p.mu.Unlock()
 	if cmd == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(p.stopSig)
+	_ = cmd.Process.Signal(sig)
 	select {
 	case <-done:
 		return nil
@@ -375,56 +380,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func findPostgresBinDir(override string) (string, error) {
-	const fix = "install package postgresql-15 (apt-get install postgresql-15), set " + EnvPostgresBinDir + ", or set " + EnvProvider + "=docker"
-	if override != "" {
-		for _, bin := range []string{"initdb", "postgres"} {
-			if _, err := os.Stat(filepath.Join(override, bin)); err != nil {
-				return "", fmt.Errorf("%s not found in %s=%s; %s", bin, EnvPostgresBinDir, override, fix)
-			}
-		}
-		return override, nil
-	}
-	if initdb, err := exec.LookPath("initdb"); err == nil {
-		if real, err := filepath.EvalSymlinks(initdb); err == nil {
-			dir := filepath.Dir(real)
-			if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
-				return dir, nil
-			}
-		}
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	slices.SortFunc(dirs, func(a, b string) int { return versionOf(b) - versionOf(a) })
-	for _, dir := range dirs {
-		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
-			return dir, nil
-		}
-	}
-	return "", errors.New("postgres binaries (initdb, postgres) not found on PATH or in /usr/lib/postgresql/*/bin; " + fix)
-}
-
-func versionOf(binDir string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return n
-}
-
-func findPgBouncer(override string) (string, error) {
-	const fix = "install package pgbouncer (apt-get install pgbouncer), set " + EnvPgBouncerBin + ", or set " + EnvProvider + "=docker"
-	if override != "" {
-		if _, err := os.Stat(override); err != nil {
-			return "", fmt.Errorf("pgbouncer binary not found at %s=%s; %s", EnvPgBouncerBin, override, fix)
-		}
-		return override, nil
-	}
-	if p, err := exec.LookPath("pgbouncer"); err == nil {
-		return p, nil
-	}
-	for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer", "/usr/local/bin/pgbouncer"} {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("pgbouncer binary not found on PATH or in /usr/sbin; " + fix)
 }

@@ -20,14 +20,6 @@ const (
 	ProviderExternal Provider = "external"
 )
 
-// Public images the docker provider uses when no image variable is set. They
-// are pinned so that a run is repeatable; PgBouncer is at least 1.21 so that
-// protocol-level prepared statements can be tested in transaction pooling.
-const (
-	DefaultPostgresImage  = "postgres:15.13-bookworm"
-	DefaultPgBouncerImage = "edoburu/pgbouncer:v1.23.1-p3"
-)
-
 // Environment variables read by [Options.FromEnv] and the external provider.
 const (
 	EnvProvider            = "DOUBLERUN_PROVIDER"
@@ -53,8 +45,15 @@ type Options struct {
 	TransactionPoolSize int
 	// SessionPoolSize is default_pool_size of the session bouncer; default 20.
 	SessionPoolSize int
-	// PostgresImage and PgBouncerImage are used by the docker provider;
-	// defaults DefaultPostgresImage and DefaultPgBouncerImage.
+	// Versions is the version set, such as "pg15-pgbouncer1.18" (see
+	// VersionSets); default DefaultVersions, the newest. It picks the docker
+	// provider's images; the native provider runs the host's binaries and
+	// the external one whatever it is given.
+	Versions string
+	// PostgresImage and PgBouncerImage override the docker provider's
+	// images and are used exactly as given. Default: the version set's
+	// public images when they can be pulled, else its local images, built
+	// on first use.
 	PostgresImage  string
 	PgBouncerImage string
 	// PostgresBinDir is where the native provider finds initdb and
@@ -68,6 +67,10 @@ type Options struct {
 
 	// lookupEnv lets tests supply the environment; default os.LookupEnv.
 	lookupEnv func(string) (string, bool)
+	// versionSet is Versions resolved; versionsAsked says whether the
+	// caller or the environment named it.
+	versionSet    VersionSet
+	versionsAsked bool
 }
 
 // FromEnv returns opts with every unset field filled from DOUBLERUN_*
@@ -94,8 +97,16 @@ func (o Options) FromEnv() (Options, error) {
 	}
 	o.TransactionPoolSize = cmp.Or(o.TransactionPoolSize, 1)
 	o.SessionPoolSize = cmp.Or(o.SessionPoolSize, 20)
-	o.PostgresImage = cmp.Or(o.PostgresImage, get(EnvPostgresImage), DefaultPostgresImage)
-	o.PgBouncerImage = cmp.Or(o.PgBouncerImage, get(EnvPgBouncerImage), DefaultPgBouncerImage)
+	o.Versions = cmp.Or(o.Versions, strings.TrimSpace(get(EnvVersions)))
+	o.versionsAsked = o.versionsAsked || o.Versions != ""
+	o.Versions = cmp.Or(o.Versions, DefaultVersions)
+	set, err := LookupVersionSet(o.Versions)
+	if err != nil {
+		return o, err
+	}
+	o.versionSet = set
+	o.PostgresImage = cmp.Or(o.PostgresImage, strings.TrimSpace(get(EnvPostgresImage)))
+	o.PgBouncerImage = cmp.Or(o.PgBouncerImage, strings.TrimSpace(get(EnvPgBouncerImage)))
 	o.PostgresBinDir = cmp.Or(o.PostgresBinDir, get(EnvPostgresBinDir))
 	o.PgBouncerBin = cmp.Or(o.PgBouncerBin, get(EnvPgBouncerBin))
 	if o.Logger == nil {

@@ -2,30 +2,121 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/testcontainers/testcontainers-go"
 )
 
-// selectBackend builds the backend for opts.Provider, resolving auto.
+// selectBackend builds the backend for opts.Provider, resolving auto, and
+// logs the route it took in one line (the package documentation lists the
+// routes).
 func selectBackend(ctx context.Context, opts Options) (backend, Provider, error) {
 	switch opts.Provider {
 	case ProviderDocker:
-		b, err := newDockerBackend(ctx, opts)
-		return b, ProviderDocker, err
+		b, route, err := dockerRoute(ctx, opts)
+		if err != nil {
+			return nil, ProviderDocker, err
+		}
+		opts.Logger.Info("stack route: " + route)
+		return b, ProviderDocker, nil
 	case ProviderNative:
-		b, err := newNativeBackend(opts)
-		return b, ProviderNative, err
+		b, route, err := nativeRoute(ctx, opts, "")
+		if err != nil {
+			return nil, ProviderNative, err
+		}
+		opts.Logger.Info("stack route: " + route)
+		return b, ProviderNative, nil
 	case ProviderAuto:
-		dockerErr := dockerAvailable(ctx)
-		if dockerErr == nil {
-			b, err := newDockerBackend(ctx, opts)
-			return b, ProviderDocker, err
-		}
-		b, nativeErr := newNativeBackend(opts)
-		if nativeErr == nil {
-			opts.Logger.Info("docker engine not answering; using the native provider", "docker", firstLine(dockerErr))
-			return b, ProviderNative, nil
-		}
-		return nil, ProviderAuto, fmt.Errorf("no provider can start a stack: docker: %s; native: %v. Install Docker (and run `make images` where no registry is reachable), or install postgresql-15 and pgbouncer", firstLine(dockerErr), nativeErr)
+		return autoRoute(ctx, opts)
 	}
 	return nil, opts.Provider, fmt.Errorf("provider %q cannot start servers", opts.Provider)
+}
+
+// autoRoute takes the first route that works: docker (public images, else
+// local ones built on first use), then native binaries (installed first
+// where that can be done).
+func autoRoute(ctx context.Context, opts Options) (backend, Provider, error) {
+	var dockerErr error
+	if _, err := prepareRyuk(ctx, opts.Logger); err != nil {
+		dockerErr = err
+	} else if err := dockerAvailable(ctx); err != nil {
+		dockerErr = fmt.Errorf("no Docker engine answers: %s", firstLine(err))
+	} else {
+		b, route, err := dockerRoute(ctx, opts)
+		if err == nil {
+			opts.Logger.Info("stack route: " + route)
+			return b, ProviderDocker, nil
+		}
+		dockerErr = fmt.Errorf("the Docker engine answers but %w", err)
+	}
+	b, route, nativeErr := nativeRoute(ctx, opts, firstLine(dockerErr))
+	if nativeErr != nil {
+		return nil, ProviderAuto, fmt.Errorf("no provider can start a stack: docker: %s; native: %s", firstLine(dockerErr), firstLine(nativeErr))
+	}
+	opts.Logger.Info("stack route: " + route + "; " + firstLine(dockerErr))
+	return b, ProviderNative, nil
+}
+
+// dockerRoute starts a docker backend with the images resolveImages picks.
+func dockerRoute(ctx context.Context, opts Options) (*dockerBackend, string, error) {
+	note, err := prepareRyuk(ctx, opts.Logger)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := dockerAvailable(ctx); err != nil {
+		return nil, "", fmt.Errorf("docker engine not answering (%s); start Docker or set DOCKER_HOST, or use %s=native", firstLine(err), EnvProvider)
+	}
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("docker: %w", err)
+	}
+	imgs, err := resolveImages(ctx, opts, cli)
+	if err != nil {
+		cli.Close()
+		return nil, "", err
+	}
+	b, err := newDockerBackend(ctx, opts, cli, imgs)
+	if err != nil {
+		cli.Close()
+		return nil, "", err
+	}
+	return b, imgs.route + note, nil
+}
+
+// nativeRoute starts a native backend. When the binaries are missing, it
+// installs them where it can (root with apt-get) and otherwise returns the
+// command to run. why says why the native route is taken, for the install
+// line.
+func nativeRoute(ctx context.Context, opts Options, why string) (*nativeBackend, string, error) {
+	b, err := newNativeBackend(opts)
+	var missing *missingBinaryError
+	if errors.As(err, &missing) {
+		if err := installNative(ctx, opts.Logger, opts, why); err != nil {
+			return nil, "", err
+		}
+		b, err = newNativeBackend(opts)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return b, b.describe(ctx, opts), nil
+}
+
+// Prepare does what the first Start with opts would do before it starts
+// servers: it picks the route (logging it in one line through
+// opts.Logger), pulls or builds images, or installs packages. A command that
+// starts many stacks in parallel processes, such as `go test ./...`, calls
+// it first so that the route and any first-use build show once, up front.
+// It does nothing for the external provider.
+func Prepare(ctx context.Context, opts Options) error {
+	opts, err := opts.FromEnv()
+	if err != nil || opts.Provider == ProviderExternal {
+		return err
+	}
+	b, _, err := selectBackend(ctx, opts)
+	if err != nil {
+		return err
+	}
+	return b.close(ctx)
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,7 +98,6 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if testHookBackend != nil {
 		testHookBackend(b)
 	}
-	opts.Logger.Info("starting stack", "provider", provider)
 	s := &Stack{
 		provider: provider,
 		backend:  b,
@@ -116,7 +116,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		defer cancel()
 		return nil, errors.Join(err, s.Close(cctx))
 	}
-	opts.Logger.Info("stack ready", "provider", provider, "elapsed", time.Since(begin).Round(time.Millisecond))
+	v := s.Versions()
+	opts.Logger.Info("stack ready", "provider", provider, "versions", v.Set, "postgres", v.Postgres, "pgbouncer", v.PgBouncer,
+		"elapsed", time.Since(begin).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -126,10 +128,13 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		s.pgNode = n
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("postgres: %w", err)
 	}
 	s.postgres = Endpoint{Name: PostgresName, DSN: dsn(User, s.password, host, port, Database)}
 	if err := waitReady(ctx, s.postgres.DSN, s.pgNode); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if s.postgres.PostgresVersion, err = probe(ctx, s.postgres.DSN); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	if _, err := s.AddPgBouncer(ctx, SessionName, pgbouncer.Config{
@@ -192,7 +197,12 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
 	}
-	ep.Version, ep.MaxPreparedStatements = seen.Version, seen.MaxPreparedStatements
+	ep.Version, ep.MaxPreparedStatements, ep.PostgresVersion = seen.Version, seen.MaxPreparedStatements, seen.PostgresVersion
+	// How PgBouncer shuts down at once depends on its version
+	// (TestStoppingABouncerDoesNotWaitForItsClients).
+	if v, ok := n.(interface{ setPgBouncerVersion(string) }); ok {
+		v.setPgBouncerVersion(ep.Version)
+	}
 	if cfg.MaxPreparedStatements > 0 && !pgbouncer.SupportsPreparedStatements(ep.Version) {
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: max_prepared_statements needs PgBouncer 1.21 or later, have %s; use a newer image or leave it 0", name, ep.Version)
 	}
@@ -243,6 +253,30 @@ func (s *Stack) Endpoint(name string) (Endpoint, bool) {
 		return Endpoint{}, false
 	}
 	return b.ep, true
+}
+
+// pgbouncerStopSignal is the signal that shuts PgBouncer down at once, so
+// that a stopped bouncer is gone when StopPgBouncer returns: SIGTERM up to
+// 1.22; from 1.23 SIGTERM waits for every client to leave (a "super safe
+// shutdown") and SIGQUIT is the immediate one.
+func pgbouncerStopSignal(version string) syscall.Signal {
+	if v, err := pgbouncer.ParseVersion(version); err == nil && !v.Less(pgbouncer.Version{Major: 1, Minor: 23}) {
+		return syscall.SIGQUIT
+	}
+	return syscall.SIGTERM
+}
+
+// signalName is sig as the Docker API names it.
+func signalName(sig syscall.Signal) string {
+	return map[syscall.Signal]string{syscall.SIGQUIT: "SIGQUIT", syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT"}[sig]
+}
+
+// Versions names the exact server versions the stack runs: Postgres'
+// server_version and the version of its transaction-pooling PgBouncer, as
+// read from the running servers.
+func (s *Stack) Versions() Versions {
+	pg, pgb := s.postgres.PostgresVersion, s.Transaction().Version
+	return Versions{Set: setName(pg, pgb), Postgres: pg, PgBouncer: pgb}
 }
 
 // Endpoints lists Postgres first, then every bouncer by name.
@@ -393,19 +427,29 @@ func waitReady(ctx context.Context, dsn string, n node) error {
 }
 
 func ping(ctx context.Context, dsn string) error {
+	_, err := probe(ctx, dsn)
+	return err
+}
+
+// probe runs a query through dsn and returns the server_version the
+// connection reports (through PgBouncer: the Postgres behind it).
+func probe(ctx context.Context, dsn string) (string, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return err
+		return "", err
 	}
 	cfg.ConnectTimeout = 2 * time.Second
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var one int
-	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return "", err
+	}
+	return conn.PgConn().ParameterStatus("server_version"), nil
 }
 
 func randomPassword() string {

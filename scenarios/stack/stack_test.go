@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/require"
-	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/doublerun/doublerun/pgbouncer"
 )
@@ -31,6 +30,9 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envSweepChild) != "" {
+		runSweepChild()
+	}
 	code := m.Run()
 	if shared.s != nil {
 		_ = shared.s.Close(context.Background())
@@ -40,7 +42,10 @@ func TestMain(m *testing.M) {
 
 func sharedStack(t *testing.T) *Stack {
 	t.Helper()
-	shared.once.Do(func() { shared.s, shared.err = Start(context.Background(), Options{}) })
+	shared.once.Do(func() {
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		shared.s, shared.err = Start(context.Background(), Options{Logger: log})
+	})
 	require.NoError(t, shared.err)
 	return shared.s
 }
@@ -207,10 +212,10 @@ func TestUnknownProviderIsRejected(t *testing.T) {
 func TestNativeNamesMissingBinaries(t *testing.T) {
 	t.Parallel()
 	_, err := Start(context.Background(), Options{Provider: ProviderNative, PostgresBinDir: "/nonexistent"})
-	require.ErrorContains(t, err, "initdb not found in DOUBLERUN_POSTGRES_BINDIR=/nonexistent; install package postgresql-15")
+	require.EqualError(t, err, "initdb not found in DOUBLERUN_POSTGRES_BINDIR=/nonexistent; install package postgresql-15, set it to the directory holding initdb and postgres (such as /usr/lib/postgresql/15/bin) or unset it")
 
 	_, err = Start(context.Background(), Options{Provider: ProviderNative, PgBouncerBin: "/nonexistent/pgbouncer"})
-	require.ErrorContains(t, err, "pgbouncer binary not found at DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer; install package pgbouncer")
+	require.EqualError(t, err, "pgbouncer binary not found at DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer; install package pgbouncer, set it to the pgbouncer binary (such as /usr/sbin/pgbouncer) or unset it")
 }
 
 func TestRestartsKeepEndpointsAnswering(t *testing.T) {
@@ -233,6 +238,28 @@ func TestRestartsKeepEndpointsAnswering(t *testing.T) {
 	for _, ep := range s.Endpoints() {
 		require.Eventually(t, func() bool { return ping(ctx, ep.DSN) == nil }, 20*time.Second, 100*time.Millisecond,
 			"%s answers after the restarts", ep.Name)
+	}
+}
+
+// A stopped bouncer is gone when StopPgBouncer returns, whatever its
+// version and clients: from PgBouncer 1.23 SIGTERM waits for every client
+// to leave, so the stack stops it with SIGQUIT (pgbouncerStopSignal).
+func TestStoppingABouncerDoesNotWaitForItsClients(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	for _, name := range []string{SessionName, TransactionName} {
+		ep, _ := s.Endpoint(name)
+		connect(t, ep)
+		begin := time.Now()
+		require.NoError(t, s.StopPgBouncer(ctx, name))
+		took := time.Since(begin)
+		t.Logf("PgBouncer %s (%s) stopped with a client connected in %s", ep.Version, name, took)
+		require.Less(t, took, 5*time.Second, "%s waited for its client", name)
+		require.Error(t, ping(ctx, ep.DSN))
+		require.NoError(t, s.StartPgBouncer(ctx, name))
 	}
 }
 
@@ -286,9 +313,7 @@ func requireNothingLeft(t *testing.T, b backend, nodes []node) {
 			require.ErrorIs(t, err, syscall.ESRCH, "%s (pid %d) has exited", p.name, p.cmd.Process.Pid)
 		}
 	case *dockerBackend:
-		cli, err := testcontainers.NewDockerClientWithOpts(context.Background())
-		require.NoError(t, err)
-		defer cli.Close()
+		cli := dockerClient(t)
 		f := client.Filters{}.Add("label", LabelStack+"="+b.id)
 		ctrs, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
 		require.NoError(t, err)
@@ -320,7 +345,7 @@ func TestNativeSweepsDirsOfDeadOwners(t *testing.T) {
 	liveDir := mk(strconv.Itoa(os.Getpid()))
 	unknownDir := mk("")
 
-	sweepStaleDirs(tmp, slog.New(slog.DiscardHandler))
+	sweepStaleDirs(tmp, self(), slog.New(slog.DiscardHandler))
 
 	_, err := os.Stat(deadDir)
 	require.ErrorIs(t, err, os.ErrNotExist, "dir of a dead owner removed")

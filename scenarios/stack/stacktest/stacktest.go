@@ -8,13 +8,16 @@
 //
 // The stack comes from the provider in DOUBLERUN_PROVIDER (auto by default).
 // When no provider can start, every test that asks for the stack fails with
-// the provider's instructions; nothing is skipped.
+// the provider's instructions; nothing is skipped. The stack's progress
+// lines, its route line first, go to stderr, which go test shows for a
+// failed package or with -v.
 package stacktest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sync"
@@ -64,7 +67,8 @@ func Shared(t testing.TB) *stack.Stack {
 	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		shared, err = stack.Start(ctx, stack.Options{})
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		shared, err = stack.Start(ctx, stack.Options{Logger: log})
 	})
 	require.NoError(t, err, "start the test stack")
 	return shared

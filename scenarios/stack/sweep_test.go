@@ -1,0 +1,182 @@
+package stack
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/require"
+	"github.com/testcontainers/testcontainers-go"
+)
+
+// envSweepChild makes the test binary start a stack, print where it lives
+// and wait to be killed (see TestMain).
+const envSweepChild = "DOUBLERUN_STACK_TEST_SWEEP_CHILD"
+
+// runSweepChild is the child of TestKilledOwnersStackIsRemovedByTheNextStart.
+func runSweepChild() {
+	got := captureBackendOnce()
+	if _, err := Start(context.Background(), Options{}); err != nil {
+		fmt.Println("error:", firstLine(err))
+		os.Exit(1)
+	}
+	switch b := (*got).(type) {
+	case *dockerBackend:
+		fmt.Println("ready docker", b.id)
+	case *nativeBackend:
+		fmt.Println("ready native", b.dir)
+	}
+	select {} // until SIGKILL
+}
+
+func captureBackendOnce() *backend {
+	var b backend
+	testHookBackend = func(got backend) { b = got }
+	return &b
+}
+
+func TestOwnerGone(t *testing.T) {
+	t.Parallel()
+	me := self()
+	require.NotZero(t, me.Start)
+	require.NotEmpty(t, me.Boot)
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	deadPID := dead.Process.Pid
+
+	for _, tc := range []struct {
+		name  string
+		owner owner
+		gone  bool
+	}{
+		{"LiveOwnerIsNotGone", me, false},
+		{"DeadPIDIsGone", owner{PID: deadPID, Boot: me.Boot, Host: me.Host}, true},
+		{"ReusedPIDIsGone", owner{PID: me.PID, Start: me.Start + 1, Boot: me.Boot, Host: me.Host}, true},
+		{"EarlierBootIsGone", owner{PID: me.PID, Start: me.Start, Boot: "another-boot", Host: me.Host}, true},
+		{"AnotherHostIsNeverGone", owner{PID: deadPID, Boot: "another-boot", Host: me.Host + "-other"}, false},
+		{"NoPIDIsNeverGone", owner{Boot: "another-boot", Host: me.Host}, false},
+		{"BarePIDOfALiveProcessIsNotGone", owner{PID: me.PID}, false},
+		{"BarePIDOfADeadProcessIsGone", owner{PID: deadPID}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.gone, tc.owner.gone(me))
+		})
+	}
+}
+
+func TestOwnerRecordsRoundTrip(t *testing.T) {
+	t.Parallel()
+	me := self()
+	require.Equal(t, me, parseOwner(me.encode()), "owner file")
+	require.Equal(t, me, ownerFromLabels(me.labels()), "docker labels")
+	require.Equal(t, owner{PID: 42}, parseOwner("42"), "the bare PID earlier versions wrote")
+}
+
+// A doublerun process that is SIGKILLed never reaches Close. Its servers
+// are left behind (docker: 3 containers and a network; native: a temp dir,
+// the servers themselves die with it), and the next stack removes them.
+func TestKilledOwnersStackIsRemovedByTheNextStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	// Ryuk would remove the containers on its own; this test is about the
+	// sweep, which is what runs where the engine cannot get Ryuk.
+	child.Env = append(os.Environ(), envSweepChild+"=1", envRyukDisabled+"=true")
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	child.Stderr = os.Stderr
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Scan()
+		line <- sc.Text()
+	}()
+	var ready string
+	select {
+	case ready = <-line:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the child did not start its stack in 5 minutes")
+	}
+	kind, where, ok := strings.Cut(strings.TrimPrefix(ready, "ready "), " ")
+	require.True(t, ok, "child: %s", ready)
+
+	leftovers := func() string {
+		switch kind {
+		case "docker":
+			ctrs, nets := dockerLeftovers(t, where)
+			return fmt.Sprintf("%d running containers, %d networks", ctrs, nets)
+		default:
+			_, err := os.Stat(where)
+			return fmt.Sprintf("temp dir present: %v", err == nil)
+		}
+	}
+	want := map[string]string{"docker": "3 running containers, 1 networks", "native": "temp dir present: true"}[kind]
+	require.Equal(t, want, leftovers(), "the child's stack runs")
+	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
+	_ = child.Wait()
+	if kind == "native" {
+		// Its servers die with it (Pdeathsig); only the dir is left.
+		require.Eventually(t, func() bool { return !pidRunsIn(where) }, 10*time.Second, 100*time.Millisecond)
+	}
+	before := leftovers()
+	require.Equal(t, want, before, "a SIGKILLed owner leaves its stack behind")
+
+	s, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close(ctx))
+	after := leftovers()
+	t.Logf("%s stack of a SIGKILLed owner: before the next start: %s; after: %s", kind, before, after)
+	require.Equal(t, map[string]string{"docker": "0 running containers, 0 networks", "native": "temp dir present: false"}[kind], after)
+}
+
+// dockerLeftovers counts the running containers and the networks of the
+// docker stack with ID id.
+func dockerLeftovers(t *testing.T, id string) (containers, networks int) {
+	t.Helper()
+	cli := dockerClient(t)
+	f := client.Filters{}.Add("label", LabelStack+"="+id)
+	ctrs, err := cli.ContainerList(context.Background(), client.ContainerListOptions{Filters: f})
+	require.NoError(t, err)
+	nets, err := cli.NetworkList(context.Background(), client.NetworkListOptions{Filters: f})
+	require.NoError(t, err)
+	return len(ctrs.Items), len(nets.Items)
+}
+
+// dockerClient is a testcontainers Docker client for checks. It lets
+// prepareRyuk run first: testcontainers reads its configuration once per
+// process, and a stack started later in this test binary must still be able
+// to switch Ryuk off.
+func dockerClient(t *testing.T) *testcontainers.DockerClient {
+	t.Helper()
+	_, err := prepareRyuk(context.Background(), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	cli, err := testcontainers.NewDockerClientWithOpts(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// pidRunsIn reports whether a server of the native stack in dir still
+// runs: postgres holds its postmaster.pid while it does.
+func pidRunsIn(dir string) bool {
+	raw, err := os.ReadFile(dir + "/pgdata/postmaster.pid")
+	if err != nil {
+		return false
+	}
+	var pid int
+	if _, err := fmt.Sscanf(string(raw), "%d", &pid); err != nil {
+		return false
+	}
+	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
