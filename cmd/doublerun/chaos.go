@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/report"
 )
 
-const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR]
+const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR] [--replicas N]
 
 Runs the chaos matrix: every strategy (advisory, advisory-unguarded, fenced)
 against every fault of the catalog, and without a fault, on the transaction
@@ -30,7 +31,12 @@ window, stale writes accepted / rejected, and the verdict against the
 cell's expectation (the table in package chaos). Writes each cell's
 report.json, report.md and timeline.svg under DIR/<strategy>/<topology>/<fault>
 and the table to DIR/summary.md. Exits 1 if any cell did not match its
-expectation.
+expectation, 2 on a usage error, 130 on Ctrl-C (after the summary of the
+cells that ran).
+
+--replicas runs every cell with N replicas instead of 2. The expectations
+were measured with 2; with 1 no cell can show a double-run, so the cells
+expected to reproduce one fail.
 `
 
 // envChaosTopologies selects the matrix's topologies.
@@ -44,12 +50,23 @@ func chaosCommand() command {
 			faultName := fs.String("fault", "", "run only this fault (or none); see the list in the error for an unknown name")
 			strategy := fs.String("strategy", "", "run only this strategy: "+strings.Join(chaos.Strategies, ", "))
 			topology := fs.String("topology", "", "run only this topology (overrides "+envChaosTopologies+")")
-			out := fs.String("out", "reports/chaos", "directory for the reports and summary.md")
+			out := fs.String("out", "reports/chaos", "directory for the reports and summary.md; empty for none")
+			replicas := fs.Int("replicas", 0, replicasHelp)
 			if err := parse(fs, args); err != nil {
+				return err
+			}
+			n, err := replicasOf(fs, *replicas)
+			if err != nil {
 				return err
 			}
 			cells, err := chaosCells(*faultName, *strategy, *topology, os.Getenv(envChaosTopologies))
 			if err != nil {
+				return err
+			}
+			for i := range cells {
+				cells[i].Replicas = cmp.Or(n, cells[i].Replicas)
+			}
+			if err := outDir("out", *out); err != nil {
 				return err
 			}
 			s, closeStack, err := startStack(ctx, e)
@@ -57,7 +74,7 @@ func chaosCommand() command {
 				return err
 			}
 			defer closeStack()
-			fmt.Fprintf(e.stdout, "chaos: %d cell(s), reports in %s\n", len(cells), *out)
+			fmt.Fprintf(e.stdout, "chaos: %d cell(s), %d replicas each, reports in %s\n", len(cells), cells[0].WithDefaults().Replicas, cmp.Or(*out, "no directory (--out is empty)"))
 			begin := time.Now()
 			results := chaos.RunMatrix(ctx, cells, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
 				func(done, total int, c report.Cell) {
@@ -66,13 +83,18 @@ func chaosCommand() command {
 			wall := time.Since(begin)
 			fmt.Fprintln(e.stdout)
 			fmt.Fprint(e.stdout, report.Summary(results, wall))
-			if err := report.WriteSummary(*out, results, wall); err != nil {
-				return err
+			if *out != "" {
+				if err := report.WriteSummary(*out, results, wall); err != nil {
+					return err
+				}
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("interrupted after %d of %d cells: %w", len(results), len(cells), ctx.Err())
+				return fmt.Errorf("interrupted after %d of %d cells; the table above covers those", len(results), len(cells))
 			}
 			if err := report.Verdict(results).Err(); err != nil {
+				if *out == "" {
+					return fmt.Errorf("%w; see the table above", err)
+				}
 				return fmt.Errorf("%w; see %s/summary.md", err, *out)
 			}
 			return nil

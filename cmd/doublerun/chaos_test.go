@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -27,7 +24,7 @@ func chaosRegistered() bool {
 // runChaos runs `doublerun chaos args...` with env set and returns its
 // output and exit code, as cli does. Run in this process (while chaos is
 // not yet registered) it sets env with t.Setenv, so its caller must not be
-// parallel, and maps errors to exit codes the way run does.
+// parallel, and maps errors to exit codes with run's finish.
 func runChaos(t *testing.T, vars []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	if chaosRegistered() {
@@ -43,20 +40,7 @@ func runChaos(t *testing.T, vars []string, args ...string) (stdout, stderr strin
 	var out, errb bytes.Buffer
 	e := &env{stdout: &out, stderr: &errb, log: slog.New(slog.NewTextHandler(&errb, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	c := chaosCommand()
-	err := c.run(context.Background(), e, args)
-	var ue usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		code = 0
-	case errors.Is(err, errSilentUsage):
-		code = 2
-	case errors.As(err, &ue):
-		fmt.Fprintf(&errb, "doublerun %s: %s\n\n%s", c.name, ue.msg, c.usage)
-		code = 2
-	default:
-		fmt.Fprintf(&errb, "doublerun %s: %s\n", c.name, oneLine(err))
-		code = 1
-	}
+	code = finish(context.Background(), &errb, c, c.run(context.Background(), e, args))
 	return out.String(), errb.String(), code
 }
 
@@ -102,7 +86,7 @@ func TestChaosBadInputGetsOneLine(t *testing.T) {
 			`doublerun chaos: CHAOS_TOPOLOGIES: unknown topology "mesh"; valid: direct, session, transaction, pinned`},
 		{"FaultDoesNotApply", nil, []string{"--fault", "TERMINATE_LEADER_BACKEND", "--strategy", "fenced", "--topology", "transaction"}, 2,
 			"doublerun chaos: fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
-		{"UnexpectedArgument", nil, []string{"all"}, 2, `doublerun chaos: unexpected argument "all"`},
+		{"UnexpectedArgument", nil, []string{"all"}, 2, `doublerun chaos: unexpected argument "all"; this command takes only the flags listed below`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr, code := runChaos(t, tc.env, tc.args...)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -26,7 +27,8 @@ import (
 // module version from the build info is used otherwise.
 var version = ""
 
-// command is one subcommand. run returns the process exit code.
+// command is one subcommand. run returns its error; finish turns that
+// into the exit code and the line on stderr.
 type command struct {
 	name    string
 	summary string
@@ -40,10 +42,18 @@ type env struct {
 	log            *slog.Logger
 }
 
-// usageError makes a command exit 2 and print its usage.
+// usageError makes a command exit 2 and print its usage on stderr after
+// the message.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+// flagError is a usage error found while parsing a flag set; the usage
+// printed after it is that flag set's, flags included (a subcommand's,
+// such as stack up's, rather than the command's).
+type flagError struct{ msg, usage string }
+
+func (e flagError) Error() string { return e.msg }
 
 func commands() []command {
 	return []command{
@@ -75,33 +85,73 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tclog.SetDefault(tcLogger{logger})
 	e := &env{stdout: stdout, stderr: stderr, log: logger}
 
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 || isHelp(args[0]) || (args[0] == "help" && len(args) == 1) {
 		printHelp(stdout)
 		return 0
 	}
-	for _, c := range commands() {
-		if c.name != args[0] {
-			continue
-		}
-		err := c.run(ctx, e, args[1:])
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.Is(err, errSilentUsage):
+	if args[0] == "help" {
+		// `help CMD [SUB]` is `CMD [SUB] --help`: the same text, on stdout.
+		if _, ok := lookupCommand(args[1]); !ok {
+			fmt.Fprintf(stderr, "doublerun help: unknown command %q; valid commands: %s\n", args[1], strings.Join(commandNames(), ", "))
 			return 2
 		}
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "doublerun %s: %s\n\n%s", c.name, ue.msg, c.usage)
-			return 2
-		}
-		fmt.Fprintf(stderr, "doublerun %s: %s\n", c.name, oneLine(err))
-		return 1
+		args = append(slices.Clone(args[1:]), "--help")
 	}
-	fmt.Fprintf(stderr, "doublerun: unknown command %q; valid commands: %s\n", args[0], strings.Join(commandNames(), ", "))
-	return 2
+	c, ok := lookupCommand(args[0])
+	if !ok {
+		fmt.Fprintf(stderr, "doublerun: unknown command %q; valid commands: %s\n", args[0], strings.Join(commandNames(), ", "))
+		return 2
+	}
+	return finish(ctx, stderr, c, c.run(ctx, e, args[1:]))
+}
+
+// finish prints what a command's error calls for on stderr and returns the
+// exit code: 0 for success and asked-for help, 2 for a usage error (its
+// line, then the usage), 130 when Ctrl-C or SIGTERM ended the command (as
+// a shell reports SIGINT), 1 for anything else. Every message is one line
+// that begins with the command's name.
+func finish(ctx context.Context, stderr io.Writer, c command, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if ctx.Err() != nil {
+		msg := oneLine(err)
+		if !strings.HasPrefix(msg, "interrupted") {
+			msg = "interrupted; everything it started has been stopped"
+		}
+		fmt.Fprintf(stderr, "doublerun %s: %s\n", c.name, msg)
+		return 130
+	}
+	var fe flagError
+	if errors.As(err, &fe) {
+		fmt.Fprintf(stderr, "doublerun %s: %s\n\n%s", c.name, fe.msg, fe.usage)
+		return 2
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "doublerun %s: %s\n\n%s", c.name, ue.msg, c.usage)
+		return 2
+	}
+	fmt.Fprintf(stderr, "doublerun %s: %s\n", c.name, oneLine(err))
+	return 1
+}
+
+func lookupCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// isHelp reports whether arg asks for help the way flag understands it.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--h", "--help":
+		return true
+	}
+	return false
 }
 
 func commandNames() []string {
@@ -123,7 +173,7 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run `doublerun <command> --help` for a command's flags.")
+	fmt.Fprintln(w, "Run `doublerun help <command>` (or `doublerun <command> --help`) for a command's flags.")
 }
 
 // oneLine keeps the first line of an error, which by house rule names what
@@ -135,13 +185,15 @@ func oneLine(err error) string {
 	return report.FirstLine(err)
 }
 
+const versionUsage = "Usage: doublerun version\n\nPrints the version of this build and the Go toolchain.\n"
+
 func versionCommand() command {
 	return command{
 		name:    "version",
 		summary: "print doublerun's version",
-		usage:   "Usage: doublerun version\n\nPrints the version of this build and the Go toolchain.\n",
+		usage:   versionUsage,
 		run: func(_ context.Context, e *env, args []string) error {
-			fs := newFlagSet("version", "Usage: doublerun version\n\nPrints the version of this build and the Go toolchain.\n", e)
+			fs := newFlagSet("version", versionUsage, e)
 			if err := parse(fs, args); err != nil {
 				return err
 			}
@@ -162,49 +214,6 @@ func versionCommand() command {
 		},
 	}
 }
-
-// newFlagSet returns a flag set that prints usage to stderr and reports
-// errors rather than exiting.
-func newFlagSet(name, usage string, e *env) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprint(e.stderr, usage)
-		if hasFlags(fs) {
-			fmt.Fprintln(e.stderr, "\nFlags:")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
-}
-
-func hasFlags(fs *flag.FlagSet) bool {
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	return n > 0
-}
-
-// parse parses args and rejects positional arguments the command does not
-// take. flag already printed its own message for a bad flag, so the error
-// returned for one exits 2 without printing usage twice.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errSilentUsage
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
-}
-
-var errSilentUsage = silentUsage{}
-
-type silentUsage struct{}
-
-func (silentUsage) Error() string { return "invalid flags" }
 
 type tcLogger struct{ l *slog.Logger }
 

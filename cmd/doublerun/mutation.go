@@ -61,8 +61,8 @@ func mutationCommand() command {
 				return mutationGuards(ctx, e, args[1:])
 			case "gate":
 				return mutationGate(e, args[1:])
-			case "-h", "--help", "help":
-				fmt.Fprint(e.stderr, mutationUsage)
+			case "-h", "-help", "--help", "help":
+				fmt.Fprint(e.stdout, mutationUsage)
 				return nil
 			}
 			return usageError{fmt.Sprintf("unknown subcommand %q: use guards or gate", args[0])}
@@ -72,7 +72,7 @@ func mutationCommand() command {
 
 func mutationGuards(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("mutation guards", mutationUsage, e)
-	manifest := fs.String("manifest", mutation.DefaultManifests, "glob of guard manifests")
+	manifest := fs.String("manifest", mutation.DefaultManifests, "glob of guard manifests, relative to the repository root unless given")
 	only := fs.String("guard", "", "run only the guards whose id matches this regular expression")
 	parallel := fs.Int("parallel", mutation.DefaultParallel, "go test processes at once")
 	timeout := fs.Duration("timeout", mutation.DefaultGuardTimeout, "bound on each go test run, compile included")
@@ -86,6 +86,9 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 	}
 	if *timeout <= 0 {
 		return usageError{fmt.Sprintf("--timeout must be positive, not %s", *timeout)}
+	}
+	if err := defaultInRepo(fs, "manifest", manifest, "mutation guards", "--manifest GLOB"); err != nil {
+		return err
 	}
 	guards, err := selectGuards(*manifest, *only)
 	if err != nil {
@@ -219,7 +222,7 @@ func mutationGate(e *env, args []string) error {
 	fs := newFlagSet("mutation gate", mutationUsage, e)
 	var reports reportFlags
 	fs.Var(&reports, "report", "gremlins JSON report of one package, as NAME=FILE or FILE (repeat per package)")
-	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor; empty for none")
+	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor, relative to the repository root unless given; empty for none")
 	minEff := fs.Float64("min-efficacy", 0, "lowest passing test efficacy per package, in percent")
 	minCov := fs.Float64("min-coverage", 0, "lowest passing mutant coverage per package, in percent")
 	write := fs.Bool("write-baseline", false, "after a passing gate, raise the baseline file to this run's figures")
@@ -227,10 +230,21 @@ func mutationGate(e *env, args []string) error {
 		return err
 	}
 	if len(reports) == 0 {
-		return usageError{"missing --report"}
+		return usageError{"missing --report; pass one gremlins JSON report per package"}
 	}
 	if *write && *baselineFile == "" {
 		return usageError{"--write-baseline needs --baseline"}
+	}
+	for _, f := range []struct {
+		name  string
+		value float64
+	}{{"min-efficacy", *minEff}, {"min-coverage", *minCov}} {
+		if f.value < 0 || f.value > 100 {
+			return usageError{fmt.Sprintf("--%s must be a percentage from 0 to 100, not %g", f.name, f.value)}
+		}
+	}
+	if err := defaultInRepo(fs, "baseline", baselineFile, "mutation gate", "--baseline FILE (or --baseline '' for none)"); err != nil {
+		return err
 	}
 	var prs []mutation.PackageReport
 	for _, r := range reports {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"io"
 	"log/slog"
 	"os"
@@ -36,16 +34,9 @@ func runMutation(ctx context.Context, t *testing.T, args ...string) (stdout, std
 	t.Helper()
 	var out, errb bytes.Buffer
 	e := &env{stdout: &out, stderr: &errb, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	err = mutationCommand().run(ctx, e, args)
-	var ue usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		code = 0
-	case errors.Is(err, errSilentUsage), errors.As(err, &ue):
-		code = 2
-	default:
-		code = 1
-	}
+	c := mutationCommand()
+	err = c.run(ctx, e, args)
+	code = finish(ctx, &errb, c, err)
 	return out.String(), errb.String(), code, err
 }
 
@@ -156,7 +147,7 @@ func TestMutationGuardsInterruptLeavesNothingBehind(t *testing.T) {
 	cancel()
 	select {
 	case r := <-done:
-		require.Equal(t, 1, r.code)
+		require.Equal(t, 130, r.code, "exit code of an interrupted command")
 		require.EqualError(t, r.err, "interrupted after 0 of 1 guards; nothing was left behind")
 	case <-time.After(time.Minute):
 		t.Fatal("mutation guards did not return after its context ended")
@@ -234,7 +225,8 @@ func TestMutationGate(t *testing.T) {
 			err  string
 		}{
 			{[]string{"gate"}, 2, "missing --report"},
-			{[]string{"gate", "--report", "=x.json"}, 2, "invalid flags"},
+			{[]string{"gate", "--report", "=x.json"}, 2, `--report "=x.json": want NAME=FILE or FILE, not "=x.json"`},
+			{[]string{"gate", "--report", clampReport, "--min-efficacy", "150"}, 2, "--min-efficacy must be a percentage from 0 to 100, not 150"},
 			{[]string{"gate", "--report", clampReport, "--baseline", "", "--write-baseline"}, 2, "--write-baseline needs --baseline"},
 			{[]string{"gate", "--report", "missing.json", "--baseline", ""}, 1, "gremlins report missing.json does not exist"},
 		} {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -36,13 +39,14 @@ func listCommand() command {
 	}
 }
 
-const runUsage = `Usage: doublerun run --scenario NAME [--out DIR] [--json] [--duration D]
+const runUsage = `Usage: doublerun run --scenario NAME [--out DIR] [--json] [--duration D] [--replicas N]
 
 Starts a stack (DOUBLERUN_PROVIDER), runs the scenario's replicas as
 separate processes, measures the double-run and leaderless windows through
 the oracle, and judges them against the scenario's expectation. Prints one
 line per scenario; --json prints the whole report instead. Exits 1 when the
-verdict fails. See ` + "`doublerun list`" + ` for the names.
+verdict fails, 2 on a usage error, 130 on Ctrl-C (after removing what it
+started). See ` + "`doublerun list`" + ` for the names.
 `
 
 func runCommand() command {
@@ -51,21 +55,33 @@ func runCommand() command {
 		run: func(ctx context.Context, e *env, args []string) error {
 			fs := newFlagSet("run", runUsage, e)
 			name := fs.String("scenario", "", "scenario name (required)")
-			out := fs.String("out", "reports", "directory for report.json, report.md, timeline.svg and replica logs")
+			out := fs.String("out", "reports", "directory for report.json, report.md, timeline.svg and replica logs; empty for none")
 			asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 			duration := fs.Duration("duration", 0, "measure for this long instead of the scenario's default")
+			replicas := fs.Int("replicas", 0, replicasHelp)
 			if err := parse(fs, args); err != nil {
 				return err
 			}
 			if *name == "" {
-				return usageError{"--scenario is required"}
+				return usageError{"--scenario is required; `doublerun list` shows the names"}
 			}
 			sc, err := scenarios.Lookup(*name)
 			if err != nil {
-				return err
+				return usageError{err.Error()}
 			}
-			if *duration > 0 {
+			if fs.isSet("duration") {
+				if *duration <= 0 {
+					return usageError{fmt.Sprintf("--duration must be positive, not %s; leave it out for the scenario's own (%s)", *duration, sc.WithDefaults().Duration)}
+				}
 				sc.Duration = *duration
+			}
+			if n, err := replicasOf(fs, *replicas); err != nil {
+				return err
+			} else if n > 0 {
+				sc.Replicas = n
+			}
+			if err := outDir("out", *out); err != nil {
+				return err
 			}
 			s, closeStack, err := startStack(ctx, e)
 			if err != nil {
@@ -74,6 +90,13 @@ func runCommand() command {
 			defer closeStack()
 			rep, err := scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log})
 			if err != nil {
+				if ctx.Err() != nil {
+					logs := ""
+					if *out != "" {
+						logs = fmt.Sprintf(" (replica logs: %s)", filepath.Join(*out, sc.Name, "replicas"))
+					}
+					return fmt.Errorf("interrupted before the verdict of %s; no report was written%s; the stack and replicas are gone", sc.Name, logs)
+				}
 				return err
 			}
 			if *out != "" {
@@ -89,7 +112,9 @@ func runCommand() command {
 				}
 			} else {
 				fmt.Fprintln(e.stdout, report.Line(rep))
-				fmt.Fprintf(e.stdout, "report: %s/%s/report.md, timeline: %s/%s/timeline.svg\n", *out, sc.Name, *out, sc.Name)
+				if *out != "" {
+					fmt.Fprintf(e.stdout, "report: %s/%s/report.md, timeline: %s/%s/timeline.svg\n", *out, sc.Name, *out, sc.Name)
+				}
 			}
 			if err := rep.Verdict.Err(); err != nil {
 				return fmt.Errorf("scenario %s: verdict failed: %w", sc.Name, err)
@@ -119,16 +144,19 @@ func reproCommand() command {
 			if len(args) == 0 {
 				return usageError{"missing issue number; known: 556"}
 			}
-			if args[0] == "-h" || args[0] == "--help" {
-				fmt.Fprint(e.stderr, reproUsage)
+			if isHelp(args[0]) {
+				fmt.Fprint(e.stdout, reproUsage)
 				return nil
 			}
 			if args[0] != "556" {
 				return usageError{fmt.Sprintf("unknown issue %q; known: 556", args[0])}
 			}
 			fs := newFlagSet("repro 556", reproUsage, e)
-			out := fs.String("out", "reports/repro-556", "directory for the reports")
+			out := fs.String("out", "reports/repro-556", "directory for the reports; empty for none")
 			if err := parse(fs, args[1:]); err != nil {
+				return err
+			}
+			if err := outDir("out", *out); err != nil {
 				return err
 			}
 			s, closeStack, err := startStack(ctx, e)
@@ -146,11 +174,14 @@ func reproCommand() command {
 					return report.Write(*out, rep)
 				})
 			if err != nil {
+				if ctx.Err() != nil {
+					return errors.New("interrupted before the reproduction finished; the stack and replicas are gone")
+				}
 				fmt.Fprintln(e.stdout, "Failed to reproduce")
 				return err
 			}
 			report.Repro556(e.stdout, res)
-			fmt.Fprintf(e.stdout, "took %s; reports in %s\n", time.Since(begin).Round(time.Second), *out)
+			fmt.Fprintf(e.stdout, "took %s; reports in %s\n", time.Since(begin).Round(time.Second), cmp.Or(*out, "no directory (--out is empty)"))
 			if err := res.Verdict().Err(); err != nil {
 				fmt.Fprintln(e.stdout, "Failed to reproduce")
 				return fmt.Errorf("issue 556: %w", err)

@@ -45,8 +45,8 @@ func stackCommand() command {
 				return stackUp(ctx, e, args[1:])
 			case "check":
 				return stackCheck(ctx, e, args[1:])
-			case "-h", "--help", "help":
-				fmt.Fprint(e.stderr, stackUsage)
+			case "-h", "-help", "--help", "help":
+				fmt.Fprint(e.stdout, stackUsage)
 				return nil
 			}
 			return usageError{fmt.Sprintf("unknown subcommand %q: use up or check", args[0])}
@@ -57,14 +57,19 @@ func stackCommand() command {
 func stackUp(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("stack up", stackUsage, e)
 	provider := fs.String("provider", "", "auto, docker or native (default: $DOUBLERUN_PROVIDER, else auto)")
-	poolSize := fs.Int("tx-pool-size", 0, "default_pool_size of the transaction bouncer (default: $DOUBLERUN_TRANSACTION_POOL_SIZE, else 1)")
+	var poolSize positiveInt
+	fs.Var(&poolSize, "tx-pool-size", "default_pool_size of the transaction bouncer, at least 1 (default: $DOUBLERUN_TRANSACTION_POOL_SIZE, else 1)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *provider == string(stack.ProviderExternal) {
+	switch stack.Provider(*provider) {
+	case "", stack.ProviderAuto, stack.ProviderDocker, stack.ProviderNative:
+	case stack.ProviderExternal:
 		return usageError{"stack up starts servers; the external provider only connects to them (use stack check)"}
+	default:
+		return usageError{fmt.Sprintf("unknown provider %q; valid: auto, docker, native", *provider)}
 	}
-	opts, err := stack.Options{Provider: stack.Provider(*provider), TransactionPoolSize: *poolSize, Logger: e.log}.FromEnv()
+	opts, err := stack.Options{Provider: stack.Provider(*provider), TransactionPoolSize: int(poolSize), Logger: e.log}.FromEnv()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios"
+)
+
+// noStack makes any stack the CLI tries to start fail at once (exit 1),
+// so a usage error that is not caught before the stack starts shows as a
+// wrong exit code instead of a run.
+var noStack = []string{"DOUBLERUN_PROVIDER=native", "DOUBLERUN_PGBOUNCER_BIN=/nonexistent/pgbouncer"}
+
+func TestHelpGoesToStdout(t *testing.T) {
+	t.Parallel()
+	top, _, code := cli(t, nil)
+	require.Zero(t, code)
+	require.Contains(t, top, "Usage: doublerun <command> [flags]")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // the start of stdout
+	}{
+		{"Help", []string{"help"}, top},
+		{"DashHelp", []string{"--help"}, top},
+		{"HelpRun", []string{"help", "run"}, "Usage: doublerun run --scenario NAME"},
+		{"RunDashHelp", []string{"run", "--help"}, "Usage: doublerun run --scenario NAME"},
+		{"RunDashH", []string{"run", "-h"}, "Usage: doublerun run --scenario NAME"},
+		{"HelpChaos", []string{"help", "chaos"}, "Usage: doublerun chaos "},
+		{"ChaosDashHelp", []string{"chaos", "--help"}, "Usage: doublerun chaos "},
+		{"HelpStack", []string{"help", "stack"}, "Usage:\n  doublerun stack up"},
+		{"StackDashHelp", []string{"stack", "--help"}, "Usage:\n  doublerun stack up"},
+		{"HelpStackUp", []string{"help", "stack", "up"}, "Usage:\n  doublerun stack up"},
+		{"StackUpDashHelp", []string{"stack", "up", "--help"}, "Usage:\n  doublerun stack up"},
+		{"HelpMutationGate", []string{"help", "mutation", "gate"}, "Usage:\n  doublerun mutation guards"},
+		{"MutationDashHelp", []string{"mutation", "--help"}, "Usage:\n  doublerun mutation guards"},
+		{"HelpRepro", []string{"help", "repro"}, "Usage: doublerun repro 556"},
+		{"ReproDashHelp", []string{"repro", "--help"}, "Usage: doublerun repro 556"},
+		{"Repro556DashHelp", []string{"repro", "556", "--help"}, "Usage: doublerun repro 556"},
+		{"HelpList", []string{"help", "list"}, "Usage: doublerun list"},
+		{"HelpVersion", []string{"help", "version"}, "Usage: doublerun version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := cli(t, noStack, tc.args...)
+			require.Zero(t, code, "stderr: %s", stderr)
+			require.Empty(t, stderr)
+			require.True(t, strings.HasPrefix(stdout, tc.want), "stdout: %q\nwant prefix: %q", stdout, tc.want)
+		})
+	}
+
+	// help CMD prints what CMD --help prints, flags included.
+	viaHelp, _, _ := cli(t, nil, "help", "run")
+	viaFlag, _, _ := cli(t, nil, "run", "--help")
+	require.Equal(t, viaFlag, viaHelp)
+	require.Contains(t, viaHelp, "\nFlags:\n")
+	require.Contains(t, viaHelp, "-replicas int")
+	viaHelp, _, _ = cli(t, nil, "help", "stack", "up")
+	require.Contains(t, viaHelp, "-tx-pool-size value")
+}
+
+// Usage errors exit 2 with one line that names what is wrong and what to
+// do, then the usage; none of them starts a stack.
+func TestUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "afile")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"UnknownScenario", []string{"run", "--scenario", "nope"},
+			`doublerun run: unknown scenario "nope"; valid: ` + strings.Join(scenarios.Names(), ", ")},
+		{"MissingScenario", []string{"run"}, "doublerun run: --scenario is required; `doublerun list` shows the names"},
+		{"ScenarioWithoutValue", []string{"run", "--scenario"}, "doublerun run: --scenario needs a value"},
+		{"PositionalScenario", []string{"run", "issue-556"},
+			`doublerun run: unexpected argument "issue-556"; this command takes only the flags listed below`},
+		{"UnknownFlag", []string{"run", "--scenaro", "issue-556"}, "doublerun run: unknown flag --scenaro; the flags are listed below"},
+		{"NegativeDuration", []string{"run", "--scenario", "issue-556", "--duration", "-5s"},
+			"doublerun run: --duration must be positive, not -5s; leave it out for the scenario's own (5s)"},
+		{"ZeroDuration", []string{"run", "--scenario", "issue-556", "--duration", "0"},
+			"doublerun run: --duration must be positive, not 0s; leave it out for the scenario's own (5s)"},
+		{"NotADuration", []string{"run", "--scenario", "issue-556", "--duration", "5"},
+			`doublerun run: --duration "5" is not a duration; use one such as 30s, 2m or 1h30m`},
+		{"NotABool", []string{"run", "--json=maybe", "--scenario", "issue-556"}, `doublerun run: --json takes true or false, not "maybe"`},
+		{"ZeroReplicas", []string{"run", "--scenario", "issue-556", "--replicas", "0"},
+			"doublerun run: --replicas must be from 1 to 8, not 0; leave it out for the scenario's own (2)"},
+		{"TooManyReplicas", []string{"run", "--scenario", "issue-556", "--replicas", "9"},
+			"doublerun run: --replicas must be from 1 to 8, not 9: " + scenarios.MaxReplicasWhy},
+		{"ReplicasNotANumber", []string{"run", "--scenario", "issue-556", "--replicas", "four"}, `doublerun run: --replicas "four" is not a whole number`},
+		{"OutIsAFile", []string{"run", "--scenario", "issue-556", "--out", file},
+			"doublerun run: --out " + file + " is a file, not a directory; pass a directory (it is created if missing)"},
+		{"ChaosTooManyReplicas", []string{"chaos", "--replicas", "100"},
+			"doublerun chaos: --replicas must be from 1 to 8, not 100: " + scenarios.MaxReplicasWhy},
+		{"ChaosNegativeReplicas", []string{"chaos", "--replicas", "-1"},
+			"doublerun chaos: --replicas must be from 1 to 8, not -1; leave it out for the scenario's own (2)"},
+		{"ChaosOutIsAFile", []string{"chaos", "--fault", "none", "--strategy", "fenced", "--topology", "direct", "--out", file},
+			"doublerun chaos: --out " + file + " is a file, not a directory; pass a directory (it is created if missing)"},
+		{"ReproOutIsAFile", []string{"repro", "556", "--out", file},
+			"doublerun repro: --out " + file + " is a file, not a directory; pass a directory (it is created if missing)"},
+		{"NegativeTxPoolSize", []string{"stack", "up", "--tx-pool-size", "-1"},
+			`doublerun stack: --tx-pool-size="-1" is not a positive integer; leave it out or set a pool size such as 1`},
+		{"ZeroTxPoolSize", []string{"stack", "up", "--tx-pool-size", "0"},
+			`doublerun stack: --tx-pool-size="0" is not a positive integer; leave it out or set a pool size such as 1`},
+		{"TxPoolSizeNotANumber", []string{"stack", "up", "--tx-pool-size", "one"},
+			`doublerun stack: --tx-pool-size="one" is not a positive integer; leave it out or set a pool size such as 1`},
+		{"UnknownProviderFlag", []string{"stack", "up", "--provider", "kubernetes"},
+			`doublerun stack: unknown provider "kubernetes"; valid: auto, docker, native`},
+		{"MinEfficacyAbove100", []string{"mutation", "gate", "--report", "x.json", "--min-efficacy", "150"},
+			"doublerun mutation: --min-efficacy must be a percentage from 0 to 100, not 150"},
+		{"HelpUnknownCommand", []string{"help", "nope"},
+			`doublerun help: unknown command "nope"; valid commands: chaos, list, mutation, repro, run, stack, version`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := cli(t, noStack, tc.args...)
+			require.Equal(t, 2, code, "stderr: %s", stderr)
+			require.Empty(t, stdout)
+			first, rest, _ := strings.Cut(stderr, "\n")
+			require.Equal(t, tc.want, first)
+			if tc.args[0] != "help" {
+				require.True(t, strings.HasPrefix(rest, "\nUsage:"), "the usage follows the line: %q", rest)
+			}
+		})
+	}
+	// The pool-size flag says what DOUBLERUN_TRANSACTION_POOL_SIZE says.
+	_, stderr, code := cli(t, append([]string{"DOUBLERUN_TRANSACTION_POOL_SIZE=-1"}, noStack...), "stack", "up")
+	require.Equal(t, 1, code)
+	require.Equal(t, `doublerun stack: DOUBLERUN_TRANSACTION_POOL_SIZE="-1" is not a positive integer; unset it or set a pool size such as 1`+"\n", stderr)
+}
+
+// The mutation commands find the repository's files from any directory
+// inside it, passing over the go.mod of a test fixture's own module, and
+// outside it say where to run them.
+func TestMutationFindsTheRepositoryRoot(t *testing.T) {
+	t.Parallel()
+	clamp, err := filepath.Abs(clampReport)
+	require.NoError(t, err)
+	fixture, err := filepath.Abs(filepath.Join("..", "..", "mutation", "testdata", "fixture"))
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(fixture, "go.mod"), "the fixture is a module of its own")
+
+	for _, dir := range []string{".", fixture} {
+		cmd := cliCommand(t, nil, "mutation", "gate", "--report", "lease="+clamp)
+		cmd.Dir = dir
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.Error(t, cmd.Run())
+		require.Equal(t, 1, cmd.ProcessState.ExitCode())
+		require.Equal(t, "doublerun mutation: gate failed: lease: efficacy 50.00% is below the baseline 94.23% (and 3 more above)\n", stderr.String(),
+			"the committed baseline was read from %s", dir)
+	}
+
+	outside := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mutation", "gate", "--report", "lease=" + clamp},
+			"doublerun mutation: cannot find testdata/mutation/baseline.json: the working directory is not inside the doublerun repository; " +
+				"run doublerun mutation gate from inside it, or pass --baseline FILE (or --baseline '' for none)\n"},
+		{[]string{"mutation", "guards"},
+			"doublerun mutation: cannot find testdata/mutation/*.guards.json: the working directory is not inside the doublerun repository; " +
+				"run doublerun mutation guards from inside it, or pass --manifest GLOB\n"},
+	} {
+		cmd := cliCommand(t, nil, tc.args...)
+		cmd.Dir = outside
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.Error(t, cmd.Run())
+		require.Equal(t, 1, cmd.ProcessState.ExitCode())
+		require.Equal(t, tc.want, stderr.String())
+		require.Empty(t, stdout.String())
+	}
+	// --baseline '' outside the repository gates on the thresholds alone.
+	cmd := cliCommand(t, nil, "mutation", "gate", "--baseline", "", "--report", "lease="+clamp)
+	cmd.Dir = outside
+	require.NoError(t, cmd.Run())
+}
+
+// --replicas reaches the runner: a run with 4 replicas starts 4 replica
+// processes and its report lists them.
+func TestRunWithReplicas(t *testing.T) {
+	t.Parallel()
+	out := t.TempDir()
+	stdout, stderr, code := cli(t, nil, "run", "--scenario", "issue-556", "--replicas", "4", "--duration", "3s", "--json", "--out", out)
+	require.Zero(t, code, "stderr: %s", stderr)
+	var rep scenarios.Report
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	require.Equal(t, 4, rep.Scenario.Replicas)
+	require.Len(t, rep.Replicas, 4)
+	pids := map[int]bool{}
+	for i, r := range rep.Replicas {
+		require.Equal(t, "r"+strconv.Itoa(i+1), r.ID)
+		require.Positive(t, r.PID)
+		pids[r.PID] = true
+		info, err := os.Stat(filepath.Join(out, "issue-556", "replicas", r.ID+".log"))
+		require.NoError(t, err)
+		require.Positive(t, info.Size(), "replica %s logged", r.ID)
+	}
+	require.Len(t, pids, 4, "four processes")
+	require.NoError(t, rep.Verdict.Err(), "issue 556 reproduces with 4 replicas too")
+}
+
+func TestChaosWithReplicas(t *testing.T) {
+	t.Parallel()
+	out := t.TempDir()
+	stdout, stderr, code := cli(t, []string{"CHAOS_TOPOLOGIES="},
+		"chaos", "--fault", "none", "--strategy", "fenced", "--topology", "direct", "--replicas", "3", "--out", out)
+	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Contains(t, stdout, "chaos: 1 cell(s), 3 replicas each, reports in "+out)
+	data, err := os.ReadFile(filepath.Join(out, "fenced", "direct", "none", "report.json"))
+	require.NoError(t, err)
+	var rep scenarios.Report
+	require.NoError(t, json.Unmarshal(data, &rep))
+	require.Equal(t, 3, rep.Scenario.Replicas)
+	require.Len(t, rep.Replicas, 3)
+}
+
+// Ctrl-C during a run exits 130 with one line, and everything the run
+// started is gone: the replicas, the servers (child processes with the
+// native provider) and the stack's temp dir.
+func TestRunInterruptedCleansUp(t *testing.T) {
+	t.Parallel()
+	out := t.TempDir()
+	cmd := cliCommand(t, nil, "run", "--scenario", "issue-556", "--duration", "2m", "--out", out)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	var log, lines []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		log = append(log, sc.Text())
+		if strings.Contains(sc.Text(), "msg=measuring") {
+			break
+		}
+	}
+	require.Contains(t, strings.Join(log, "\n"), "msg=measuring", "the run never started measuring")
+	children := descendants(t, cmd.Process.Pid)
+	require.GreaterOrEqual(t, len(children), 2, "at least the two replicas run")
+	var dirs []string // the native provider's temp dirs, from postgres -D
+	for _, p := range children {
+		args := strings.Split(strings.TrimRight(p.cmdline, "\x00"), "\x00")
+		for i, a := range args {
+			if a == "-D" && i+1 < len(args) {
+				dirs = append(dirs, filepath.Dir(args[i+1]))
+			}
+		}
+	}
+
+	if slices.ContainsFunc(children, func(p proc) bool { return strings.Contains(p.cmdline, "postgres") }) {
+		require.NotEmpty(t, dirs, "the native provider's postgres runs with -D: %v", children)
+	}
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("run did not exit after SIGINT")
+	}
+	require.Equal(t, 130, cmd.ProcessState.ExitCode(), "stderr: %s", strings.Join(lines, "\n"))
+	require.NotEmpty(t, lines)
+	require.Equal(t, "doublerun run: interrupted before the verdict of issue-556; no report was written (replica logs: "+
+		filepath.Join(out, "issue-556", "replicas")+"); the stack and replicas are gone", lines[len(lines)-1])
+	require.Empty(t, stdout.String())
+	for _, p := range children {
+		require.False(t, p.alive(), "process %d (%s) outlived the run", p.pid, p.cmdline)
+	}
+	for _, d := range dirs {
+		require.NoDirExists(t, d, "the stack's temp dir")
+	}
+	require.NoFileExists(t, filepath.Join(out, "issue-556", "report.json"))
+}
+
+// proc is a process seen in /proc: its PID, its start time (so that a
+// reused PID is not taken for it) and its command line.
+type proc struct {
+	pid     int
+	start   string
+	cmdline string
+}
+
+// alive reports whether the same process still runs (a zombie does not).
+func (p proc) alive() bool {
+	q, ok := readProc(p.pid)
+	return ok && q.start == p.start
+}
+
+func readProc(pid int) (proc, bool) {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return proc{}, false
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 20 || f[0] == "Z" {
+		return proc{}, false
+	}
+	cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	return proc{pid: pid, start: f[19], cmdline: string(cmdline)}, true
+}
+
+// descendants lists the processes below pid.
+func descendants(t *testing.T, pid int) []proc {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	children := map[int][]int{}
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], n)
+		}
+	}
+	var out []proc
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			if q, ok := readProc(c); ok {
+				out = append(out, q)
+			}
+			queue = append(queue, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// modulePath is the module path in doublerun's go.mod.
+const modulePath = "github.com/doublerun/doublerun"
+
+// errNotInRepo says the working directory is outside the repository.
+var errNotInRepo = errors.New("the working directory is not inside the doublerun repository")
+
+// repoFile returns rel, a path relative to the repository root such as a
+// flag's default, as seen from the working directory: the root is the
+// nearest directory at or above it whose go.mod declares modulePath, so
+// the commands that read the repository's files run from any directory
+// inside it. Other modules' go.mod files on the way (test fixtures) are
+// passed over.
+func repoFile(rel string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if declaresModule(filepath.Join(dir, "go.mod"), modulePath) {
+			if wd, err := os.Getwd(); err == nil && wd == dir {
+				return rel, nil // keep it short in messages
+			}
+			return filepath.Join(dir, rel), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errNotInRepo
+		}
+		dir = parent
+	}
+}
+
+// declaresModule reports whether the go.mod file declares module path.
+func declaresModule(gomod, path string) bool {
+	data, err := os.ReadFile(gomod)
+	if err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if rest, ok := strings.CutPrefix(line, "module"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
+			name, _, _ := strings.Cut(strings.TrimSpace(rest), "//")
+			return strings.Trim(strings.TrimSpace(name), `"`+"`") == path
+		}
+	}
+	return false
+}
+
+// defaultInRepo resolves the flag's value against the repository root
+// when the command line left it at its default (a path relative to the
+// root); a value the user gave is relative to the working directory, as
+// usual. Outside the repository the error says where to run the command
+// and, in instead, what to pass.
+func defaultInRepo(fs *flagSet, flagName string, value *string, command, instead string) error {
+	if fs.isSet(flagName) {
+		return nil
+	}
+	path, err := repoFile(*value)
+	if errors.Is(err, errNotInRepo) {
+		return fmt.Errorf("cannot find %s: %v; run doublerun %s from inside it, or pass %s", *value, err, command, instead)
+	}
+	if err != nil {
+		return err
+	}
+	*value = path
+	return nil
+}
