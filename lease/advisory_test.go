@@ -123,8 +123,10 @@ func TestAdvisory(t *testing.T) {
 		l1, l2 := newAdvisoryT(t, b.db.Postgres, "a"), newAdvisoryT(t, b.db.Postgres, "b")
 		require.Equal(t, Leader, mustTry(t, b.ctx, l1).Status)
 		require.Equal(t, Follower, mustTry(t, b.ctx, l2).Status)
+		pid := l1.BackendPID()
 
 		require.NoError(t, l1.Release(b.ctx))
+		waitBackendGone(t, b.ctx, b.admin, pid) // the release closed the lease's session
 		eventuallyLeader(t, b.ctx, l2, 10*time.Second)
 		require.Equal(t, Follower, mustTry(t, b.ctx, l1).Status, "a released lease can compete again")
 

@@ -1,0 +1,214 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+func withFencedWait(d time.Duration) func(*FencedConfig) {
+	return func(c *FencedConfig) { c.Wait, c.WaitTimeout = true, d }
+}
+
+// waitingForRelease waits until the Fenced follower holder has asked how
+// long the term has left and gone idle: it is in its wait, listening.
+func waitingForRelease(t testing.TB, ctx context.Context, admin *pgx.Conn, holder string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, holder+" waits for a release", func() (bool, error) {
+		var waiting bool
+		err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1
+			  AND state = 'idle' AND query LIKE '%expires_at - clock_timestamp()%')`, "fenced-"+holder).Scan(&waiting)
+		return waiting, err
+	})
+}
+
+func TestFencedWait(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		ctx   context.Context
+		db    stacktest.DB
+		admin *pgx.Conn // direct
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		db := stacktest.NewDB(t)
+		return &testBundle{ctx: testCtx(t), db: db, admin: stacktest.Connect(t, db.Postgres)}
+	}
+
+	t.Run("WaitsOnDirectAndSessionEndpoints", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for ep, kind := range map[stack.Endpoint]EndpointKind{b.db.Postgres: EndpointDirect, b.db.Session: EndpointPinned} {
+			f := newFencedT(t, b.db, ep, "a", withFencedWait(time.Second))
+			require.True(t, f.Waits(), ep.Name)
+			require.Equal(t, kind, f.Endpoint().Kind)
+		}
+		require.False(t, newFencedT(t, b.db, b.db.Postgres, "b").Waits(), "without Wait, Acquire is TryAcquire")
+	})
+
+	// A release's notification wakes a follower waiting in Acquire, long
+	// before its WaitTimeout or the one-hour TTL.
+	t.Run("ReleaseWakesAWaitingFollower", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range []string{stack.PostgresName, stack.SessionName} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				const bound = 20 * time.Second
+				b := setup(t)
+				ep := b.db.Endpoint(name)
+				leader := newFencedT(t, b.db, ep, "a", withTTL(time.Hour))
+				follower := newFencedT(t, b.db, ep, "b", withTTL(time.Hour), withFencedWait(bound))
+				ctx, cancel := context.WithCancel(b.ctx)
+				t.Cleanup(cancel) // before the leases' Close, which waits for Acquire
+				first := mustTry(t, ctx, leader)
+				require.Equal(t, Leader, first.Status)
+
+				got := acquireAsync(ctx, follower)
+				waitingForRelease(t, b.ctx, b.admin, "b")
+				require.NoError(t, leader.Release(ctx))
+				a := await(t, got, bound/4)
+				require.NoError(t, a.err)
+				require.Equal(t, Leader, a.res.Status, "%+v", a.res)
+				require.Equal(t, first.Term.Token+1, a.res.Term.Token)
+			})
+		}
+	})
+
+	t.Run("FollowerWaitEndsAtItsBoundAsFollower", func(t *testing.T) {
+		t.Parallel()
+		const bound = 300 * time.Millisecond
+		b := setup(t)
+		leader := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Hour))
+		follower := newFencedT(t, b.db, b.db.Postgres, "b", withTTL(time.Hour), withFencedWait(bound))
+		require.Equal(t, Leader, mustTry(t, b.ctx, leader).Status)
+
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := follower.Acquire(ctx)
+		waited := time.Since(start)
+		require.NoError(t, err, "the lease's own bound ends the wait, not the caller's context")
+		require.Equal(t, Follower, res.Status)
+		require.GreaterOrEqual(t, waited, bound)
+		require.Less(t, waited, bound+2*time.Second)
+		require.NotNil(t, follower.conn, "a wait that ran out keeps its connection")
+	})
+
+	// A holder that dies sends no notification: the follower takes over
+	// when the term expires, not when its WaitTimeout does.
+	t.Run("FollowerWakesWhenTheTermExpires", func(t *testing.T) {
+		t.Parallel()
+		const ttl = time.Second
+		b := setup(t)
+		leader := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(ttl))
+		follower := newFencedT(t, b.db, b.db.Postgres, "b", withTTL(ttl), withFencedWait(time.Minute))
+		first := mustTry(t, b.ctx, leader)
+		require.Equal(t, Leader, first.Status)
+		crash(b.ctx, leader)
+
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		res, err := follower.Acquire(ctx)
+		require.NoError(t, err)
+		require.Equal(t, Leader, res.Status, "taken over when the dead holder's term expired")
+		require.Greater(t, res.Term.Token, first.Term.Token)
+	})
+
+	// Through a transaction pool LISTEN has no session to live in, so
+	// Acquire does not wait: it is TryAcquire, and the lease stays exactly
+	// as correct as Fenced always is there.
+	t.Run("BehindATransactionPoolAcquireDoesNotWait", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		leader := newFencedT(t, b.db, b.db.Transaction, "a", withTTL(time.Hour), withFencedWait(20*time.Second))
+		follower := newFencedT(t, b.db, b.db.Transaction, "b", withTTL(time.Hour), withFencedWait(20*time.Second))
+		require.Equal(t, EndpointTransactionPooled, follower.Endpoint().Kind)
+		require.False(t, follower.Waits())
+		first, err := leader.Acquire(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, Leader, first.Status)
+
+		start := time.Now()
+		res, err := follower.Acquire(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, Follower, res.Status)
+		require.Less(t, time.Since(start), 5*time.Second, "no wait behind a transaction pool")
+
+		require.NoError(t, leader.Release(b.ctx))
+		res, err = follower.Acquire(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, Leader, res.Status, "the next poll takes the released lease")
+		require.Equal(t, first.Term.Token+1, res.Term.Token)
+		res, err = leader.Acquire(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, Follower, res.Status)
+	})
+
+	t.Run("OnlyOneOfTwoWaitersWins", func(t *testing.T) {
+		t.Parallel()
+		const bound = 2 * time.Second
+		b := setup(t)
+		leader := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Hour))
+		waiters := []*Fenced{
+			newFencedT(t, b.db, b.db.Postgres, "b", withTTL(time.Hour), withFencedWait(bound)),
+			newFencedT(t, b.db, b.db.Postgres, "c", withTTL(time.Hour), withFencedWait(bound)),
+		}
+		require.Equal(t, Leader, mustTry(t, b.ctx, leader).Status)
+		var got []<-chan acquired
+		for i, w := range waiters {
+			got = append(got, acquireAsync(b.ctx, w))
+			waitingForRelease(t, b.ctx, b.admin, string(rune('b'+i)))
+		}
+		require.NoError(t, leader.Release(b.ctx))
+		var results []Result
+		for _, g := range got {
+			a := await(t, g, 2*bound)
+			require.NoError(t, a.err)
+			results = append(results, a.res)
+		}
+		require.Equal(t, 1, leaders(results), "results %+v", results)
+	})
+
+	t.Run("HolderRenewsWithoutWaiting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		l := newFencedT(t, b.db, b.db.Postgres, "a", withFencedWait(20*time.Second))
+		first, err := l.Acquire(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, Leader, first.Status)
+		start := time.Now()
+		again, err := l.Acquire(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, first, again)
+		require.Less(t, time.Since(start), 5*time.Second)
+	})
+
+	t.Run("CancelledWaitPassesThrough", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		leader := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Hour))
+		follower := newFencedT(t, b.db, b.db.Postgres, "b", withTTL(time.Hour), withFencedWait(30*time.Second))
+		require.Equal(t, Leader, mustTry(t, b.ctx, leader).Status)
+		ctx, cancel := context.WithCancel(b.ctx)
+		got := acquireAsync(ctx, follower)
+		waitingForRelease(t, b.ctx, b.admin, "b")
+		cancel()
+		a := await(t, got, 5*time.Second)
+		require.ErrorIs(t, a.err, context.Canceled)
+		require.Zero(t, a.res)
+		require.Nil(t, follower.conn, "the connection is dropped")
+
+		require.NoError(t, leader.Release(b.ctx))
+		res, err := follower.Acquire(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, Leader, res.Status, "the next call reconnects and listens again")
+	})
+}
