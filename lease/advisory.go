@@ -125,8 +125,11 @@ var ErrTransactionPooled = errors.New("lease endpoint is transaction-pooled")
 // and for why it needs a session-pinned endpoint (issue #556).
 //
 // A Leader result carries a fencing token taken from TokenTable right
-// after the lock, so writes can be fenced with Advisory.Fence. Its methods
-// are safe for concurrent use; calls are serialised.
+// after the lock, so writes can be fenced with Advisory.Fence. With Wait,
+// Acquire waits for the lock instead of asking once (advisory-wait).
+// Release and Close unlock and say whether the unlock freed the lock on
+// the backend that took it. Its methods are safe for concurrent use; calls
+// are serialised.
 type Advisory struct {
 	cfg      AdvisoryConfig
 	connCfg  *pgx.ConnConfig

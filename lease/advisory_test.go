@@ -69,16 +69,7 @@ func TestAdvisoryConfig(t *testing.T) {
 func TestAdvisory(t *testing.T) {
 	t.Parallel()
 
-	type testBundle struct {
-		ctx   context.Context
-		db    stacktest.DB
-		admin *pgx.Conn // direct, for pg_locks and pg_terminate_backend
-	}
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		db := stacktest.NewDB(t)
-		return &testBundle{ctx: testCtx(t), db: db, admin: stacktest.Connect(t, db.Postgres)}
-	}
+	setup := setupServer
 
 	t.Run("ExactlyOneOfTwoContendersIsLeader", func(t *testing.T) {
 		t.Parallel()

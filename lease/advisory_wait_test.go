@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/scenarios/stack"
-	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // withWait turns on Acquire's wait, bounded by d, and names the lease's
@@ -21,17 +20,43 @@ func withWait(holder string, d time.Duration) func(*AdvisoryConfig) {
 	}
 }
 
+// waitForBackend waits until a backend of the current database whose
+// application_name is app matches cond, a condition on the columns of
+// pg_stat_activity.
+func waitForBackend(t testing.TB, ctx context.Context, admin *pgx.Conn, app, cond string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, app+": "+cond, func() (bool, error) {
+		var found bool
+		err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1 AND `+cond+`)`, app).Scan(&found)
+		return found, err
+	})
+}
+
 // waitingForAdvisoryLock waits until the connection named app is waiting
 // for an advisory lock on the server.
 func waitingForAdvisoryLock(t testing.TB, ctx context.Context, admin *pgx.Conn, app string) {
 	t.Helper()
-	waitFor(t, 10*time.Second, app+" waits in pg_advisory_lock", func() (bool, error) {
-		var waiting bool
-		err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = $1
-			  AND wait_event_type = 'Lock' AND wait_event = 'advisory')`, app).Scan(&waiting)
-		return waiting, err
-	})
+	waitForBackend(t, ctx, admin, app, "wait_event_type = 'Lock' AND wait_event = 'advisory'")
+}
+
+// heldAndWaiting returns a lease "a" that leads on ep, with its first
+// result, and a lease "b" whose Acquire waits for at most bound.
+func heldAndWaiting(t *testing.T, b *serverBundle, ep stack.Endpoint, bound time.Duration, mods ...func(*AdvisoryConfig)) (holder, follower *Advisory, first Result) {
+	t.Helper()
+	holder = newAdvisoryT(t, ep, "a")
+	follower = newAdvisoryT(t, ep, "b", append([]func(*AdvisoryConfig){withWait("b", bound)}, mods...)...)
+	first = mustTry(t, b.ctx, holder)
+	require.Equal(t, Leader, first.Status)
+	return holder, follower, first
+}
+
+// mustAcquire calls l.Acquire and fails the test on its error.
+func mustAcquire(t testing.TB, ctx context.Context, l Acquirer) Result {
+	t.Helper()
+	res, err := l.Acquire(ctx)
+	require.NoError(t, err)
+	return res
 }
 
 // acquireAsync runs l.Acquire in its own goroutine, as a waiting replica
@@ -63,33 +88,46 @@ func await(t testing.TB, got <-chan acquired, within time.Duration) acquired {
 	}
 }
 
+// awaitAll returns the results of several acquireAsync calls, in order.
+func awaitAll(t testing.TB, within time.Duration, got ...<-chan acquired) []Result {
+	t.Helper()
+	var results []Result
+	for _, g := range got {
+		a := await(t, g, within)
+		require.NoError(t, a.err)
+		results = append(results, a.res)
+	}
+	return results
+}
+
+// cancelWhileWaiting starts l.Acquire, lets waiting see it wait, cancels
+// its context, and checks that the cancellation passed through at once.
+func cancelWhileWaiting(t testing.TB, ctx context.Context, l Acquirer, waiting func()) {
+	t.Helper()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := acquireAsync(cctx, l)
+	waiting()
+	cancel()
+	a := await(t, got, 5*time.Second)
+	require.ErrorIs(t, a.err, context.Canceled)
+	require.Zero(t, a.res)
+}
+
 func TestAdvisoryWait(t *testing.T) {
 	t.Parallel()
 
-	type testBundle struct {
-		ctx   context.Context
-		db    stacktest.DB
-		admin *pgx.Conn // direct, for pg_locks and pg_stat_activity
-	}
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		db := stacktest.NewDB(t)
-		return &testBundle{ctx: testCtx(t), db: db, admin: stacktest.Connect(t, db.Postgres)}
-	}
+	setup := setupServer
 
 	t.Run("FollowerWaitEndsAtItsBoundAsFollower", func(t *testing.T) {
 		t.Parallel()
 		const bound = 300 * time.Millisecond
 		b := setup(t)
-		holder := newAdvisoryT(t, b.db.Postgres, "a")
-		follower := newAdvisoryT(t, b.db.Postgres, "b", withWait("b", bound), func(c *AdvisoryConfig) { c.ProbeTimeout = 3 * time.Second })
-		require.Equal(t, Leader, mustTry(t, b.ctx, holder).Status)
+		_, follower, _ := heldAndWaiting(t, b, b.db.Postgres, bound, func(c *AdvisoryConfig) { c.ProbeTimeout = 3 * time.Second })
 
 		start := time.Now()
-		res, err := follower.Acquire(b.ctx)
+		res := mustAcquire(t, b.ctx, follower)
 		waited := time.Since(start)
-		t.Logf("waited %s", waited)
-		require.NoError(t, err)
 		require.Equal(t, Follower, res.Status, "a wait that lock_timeout ended is a healthy follower: %+v", res)
 		require.GreaterOrEqual(t, waited, bound, "it waited for the lock")
 		require.Less(t, waited, bound+2*time.Second, "the server ended the wait at WaitTimeout")
@@ -109,12 +147,12 @@ func TestAdvisoryWait(t *testing.T) {
 		t.Parallel()
 		faults := []struct {
 			name string
-			do   func(t *testing.T, b *testBundle, holder *Advisory)
+			do   func(t *testing.T, b *serverBundle, holder *Advisory)
 		}{
-			{"Release", func(t *testing.T, b *testBundle, holder *Advisory) { require.NoError(t, holder.Release(b.ctx)) }},
-			{"Close", func(t *testing.T, b *testBundle, holder *Advisory) { require.NoError(t, holder.Close(b.ctx)) }},
-			{"ConnectionDrops", func(t *testing.T, b *testBundle, holder *Advisory) { crash(b.ctx, holder) }},
-			{"BackendIsTerminated", func(t *testing.T, b *testBundle, holder *Advisory) {
+			{"Release", func(t *testing.T, b *serverBundle, holder *Advisory) { require.NoError(t, holder.Release(b.ctx)) }},
+			{"Close", func(t *testing.T, b *serverBundle, holder *Advisory) { require.NoError(t, holder.Close(b.ctx)) }},
+			{"ConnectionDrops", func(t *testing.T, b *serverBundle, holder *Advisory) { crash(b.ctx, holder) }},
+			{"BackendIsTerminated", func(t *testing.T, b *serverBundle, holder *Advisory) {
 				var ok bool
 				require.NoError(t, b.admin.QueryRow(b.ctx, "SELECT pg_terminate_backend($1)", advisoryHolderPID(t, b.ctx, b.admin, 271, 1)).Scan(&ok))
 				require.True(t, ok)
@@ -126,12 +164,7 @@ func TestAdvisoryWait(t *testing.T) {
 					t.Parallel()
 					const bound = 20 * time.Second
 					b := setup(t)
-					ep := b.db.Endpoint(epName)
-					holder := newAdvisoryT(t, ep, "a")
-					follower := newAdvisoryT(t, ep, "b", withWait("b", bound))
-					first := mustTry(t, b.ctx, holder)
-					require.Equal(t, Leader, first.Status)
-
+					holder, follower, first := heldAndWaiting(t, b, b.db.Endpoint(epName), bound)
 					got := acquireAsync(b.ctx, follower)
 					waitingForAdvisoryLock(t, b.ctx, b.admin, "wait-b")
 					fault.do(t, b, holder)
@@ -150,9 +183,7 @@ func TestAdvisoryWait(t *testing.T) {
 		// Through PgBouncer the cancel key's PID is the bouncer's own, so
 		// only the PID read in the acquire statement can be the holder's.
 		b := setup(t)
-		holder := newAdvisoryT(t, b.db.Session, "a")
-		follower := newAdvisoryT(t, b.db.Session, "b", withWait("b", 20*time.Second))
-		require.Equal(t, Leader, mustTry(t, b.ctx, holder).Status)
+		holder, follower, _ := heldAndWaiting(t, b, b.db.Session, 20*time.Second)
 		got := acquireAsync(b.ctx, follower)
 		waitingForAdvisoryLock(t, b.ctx, b.admin, "wait-b")
 		require.NoError(t, holder.Release(b.ctx))
@@ -163,9 +194,7 @@ func TestAdvisoryWait(t *testing.T) {
 		pid := advisoryHolderPID(t, b.ctx, b.admin, 271, 1)
 		require.NotZero(t, pid)
 		require.Equal(t, pid, follower.BackendPID(), "the PID recorded is the lock holder's")
-		again, err := follower.Acquire(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, won.res, again, "the PID guard's probe agrees, so the leader keeps its term")
+		require.Equal(t, won.res, mustAcquire(t, b.ctx, follower), "the PID guard's probe agrees, so the leader keeps its term")
 
 		// The wait's bound ended with its statement: the leader's session
 		// has the server's lock_timeout again, so a later statement that
@@ -191,17 +220,9 @@ func TestAdvisoryWait(t *testing.T) {
 	t.Run("CancelledWaitPassesThroughAndLeavesNoBackendWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		holder := newAdvisoryT(t, b.db.Postgres, "a")
-		follower := newAdvisoryT(t, b.db.Postgres, "b", withWait("b", 30*time.Second))
-		require.Equal(t, Leader, mustTry(t, b.ctx, holder).Status)
+		_, follower, _ := heldAndWaiting(t, b, b.db.Postgres, 30*time.Second)
 
-		ctx, cancel := context.WithCancel(b.ctx)
-		got := acquireAsync(ctx, follower)
-		waitingForAdvisoryLock(t, b.ctx, b.admin, "wait-b")
-		cancel()
-		a := await(t, got, 5*time.Second)
-		require.ErrorIs(t, a.err, context.Canceled)
-		require.Zero(t, a.res)
+		cancelWhileWaiting(t, b.ctx, follower, func() { waitingForAdvisoryLock(t, b.ctx, b.admin, "wait-b") })
 		require.Nil(t, follower.conn, "a connection cancelled mid-statement is reset")
 		// The server stops waiting too, long before the 30 s lock_timeout:
 		// no backend of the follower is left queued for the lock.
@@ -210,9 +231,7 @@ func TestAdvisoryWait(t *testing.T) {
 			err := b.admin.QueryRow(b.ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'wait-b'").Scan(&n)
 			return n == 0, err
 		})
-		res, err := follower.TryAcquire(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, Follower, res.Status, "the lease reconnects at its next call")
+		require.Equal(t, Follower, mustTry(t, b.ctx, follower).Status, "the lease reconnects at its next call")
 	})
 
 	t.Run("OnlyOneOfTwoWaitersIsGrantedTheLock", func(t *testing.T) {
@@ -228,12 +247,7 @@ func TestAdvisoryWait(t *testing.T) {
 			waitingForAdvisoryLock(t, b.ctx, b.admin, fmt.Sprintf("wait-%c", 'b'+i))
 		}
 		require.NoError(t, holder.Release(b.ctx))
-		var results []Result
-		for _, g := range got {
-			a := await(t, g, 2*bound)
-			require.NoError(t, a.err)
-			results = append(results, a.res)
-		}
+		results := awaitAll(t, 2*bound, got...)
 		require.Equal(t, 1, leaders(results), "results %+v", results)
 		require.Equal(t, Leader, results[0].Status, "the server grants the lock to the waiter that queued first")
 		require.Equal(t, Follower, results[1].Status)
@@ -242,15 +256,11 @@ func TestAdvisoryWait(t *testing.T) {
 	t.Run("TryAcquireNeverWaits", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		holder := newAdvisoryT(t, b.db.Postgres, "a")
-		waiter := newAdvisoryT(t, b.db.Postgres, "b", withWait("b", 20*time.Second))
+		_, waiter, _ := heldAndWaiting(t, b, b.db.Postgres, 20*time.Second)
 		polling := newAdvisoryT(t, b.db.Postgres, "c")
-		require.Equal(t, Leader, mustTry(t, b.ctx, holder).Status)
 		for _, l := range []Acquirer{Acquirer(polling), tryOnly{waiter}} {
 			start := time.Now()
-			res, err := l.Acquire(b.ctx)
-			require.NoError(t, err)
-			require.Equal(t, Follower, res.Status)
+			require.Equal(t, Follower, mustAcquire(t, b.ctx, l).Status)
 			require.Less(t, time.Since(start), 5*time.Second, "without Wait, Acquire is TryAcquire; TryAcquire never waits")
 		}
 	})

@@ -185,7 +185,9 @@ func (c FencedConfig) validate() error {
 // the poll that produced it was sent, on the local monotonic clock; after
 // that the replica must stop leader work unless a later TryAcquire renewed.
 // Writes are made safe against a paused or partitioned old leader with
-// Fence. Its methods are safe for concurrent use; calls are serialised.
+// Fence. With Wait, Acquire waits for a release's notification where the
+// endpoint allows LISTEN. Its methods are safe for concurrent use; calls
+// are serialised.
 type Fenced struct {
 	cfg         FencedConfig
 	connCfg     *pgx.ConnConfig

@@ -100,16 +100,7 @@ func TestMigrateFenced(t *testing.T) {
 func TestFenced(t *testing.T) {
 	t.Parallel()
 
-	type testBundle struct {
-		ctx   context.Context
-		db    stacktest.DB
-		admin *pgx.Conn // direct
-	}
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		db := stacktest.NewDB(t)
-		return &testBundle{ctx: testCtx(t), db: db, admin: stacktest.Connect(t, db.Postgres)}
-	}
+	setup := setupServer
 
 	t.Run("ExactlyOneLeaderUnderContention", func(t *testing.T) {
 		t.Parallel()

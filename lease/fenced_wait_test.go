@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/scenarios/stack"
-	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 func withFencedWait(d time.Duration) func(*FencedConfig) {
@@ -20,28 +19,13 @@ func withFencedWait(d time.Duration) func(*FencedConfig) {
 // long the term has left and gone idle: it is in its wait, listening.
 func waitingForRelease(t testing.TB, ctx context.Context, admin *pgx.Conn, holder string) {
 	t.Helper()
-	waitFor(t, 10*time.Second, holder+" waits for a release", func() (bool, error) {
-		var waiting bool
-		err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = $1
-			  AND state = 'idle' AND query LIKE '%expires_at - clock_timestamp()%')`, "fenced-"+holder).Scan(&waiting)
-		return waiting, err
-	})
+	waitForBackend(t, ctx, admin, "fenced-"+holder, "state = 'idle' AND query LIKE '%expires_at - clock_timestamp()%'")
 }
 
 func TestFencedWait(t *testing.T) {
 	t.Parallel()
 
-	type testBundle struct {
-		ctx   context.Context
-		db    stacktest.DB
-		admin *pgx.Conn // direct
-	}
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		db := stacktest.NewDB(t)
-		return &testBundle{ctx: testCtx(t), db: db, admin: stacktest.Connect(t, db.Postgres)}
-	}
+	setup := setupServer
 
 	t.Run("WaitsOnDirectAndSessionEndpoints", func(t *testing.T) {
 		t.Parallel()
@@ -132,24 +116,18 @@ func TestFencedWait(t *testing.T) {
 		follower := newFencedT(t, b.db, b.db.Transaction, "b", withTTL(time.Hour), withFencedWait(20*time.Second))
 		require.Equal(t, EndpointTransactionPooled, follower.Endpoint().Kind)
 		require.False(t, follower.Waits())
-		first, err := leader.Acquire(b.ctx)
-		require.NoError(t, err)
+		first := mustAcquire(t, b.ctx, leader)
 		require.Equal(t, Leader, first.Status)
 
 		start := time.Now()
-		res, err := follower.Acquire(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, Follower, res.Status)
+		require.Equal(t, Follower, mustAcquire(t, b.ctx, follower).Status)
 		require.Less(t, time.Since(start), 5*time.Second, "no wait behind a transaction pool")
 
 		require.NoError(t, leader.Release(b.ctx))
-		res, err = follower.Acquire(b.ctx)
-		require.NoError(t, err)
+		res := mustAcquire(t, b.ctx, follower)
 		require.Equal(t, Leader, res.Status, "the next poll takes the released lease")
 		require.Equal(t, first.Term.Token+1, res.Term.Token)
-		res, err = leader.Acquire(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, Follower, res.Status)
+		require.Equal(t, Follower, mustAcquire(t, b.ctx, leader).Status)
 	})
 
 	t.Run("OnlyOneOfTwoWaitersWins", func(t *testing.T) {
@@ -168,26 +146,20 @@ func TestFencedWait(t *testing.T) {
 			waitingForRelease(t, b.ctx, b.admin, string(rune('b'+i)))
 		}
 		require.NoError(t, leader.Release(b.ctx))
-		var results []Result
-		for _, g := range got {
-			a := await(t, g, 2*bound)
-			require.NoError(t, a.err)
-			results = append(results, a.res)
-		}
+		results := awaitAll(t, 2*bound, got...)
 		require.Equal(t, 1, leaders(results), "results %+v", results)
+		require.ElementsMatch(t, []Status{Leader, Follower}, []Status{results[0].Status, results[1].Status},
+			"the loser's wait ran out, and its connection served the last try: %+v", results)
 	})
 
 	t.Run("HolderRenewsWithoutWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		l := newFencedT(t, b.db, b.db.Postgres, "a", withFencedWait(20*time.Second))
-		first, err := l.Acquire(b.ctx)
-		require.NoError(t, err)
+		first := mustAcquire(t, b.ctx, l)
 		require.Equal(t, Leader, first.Status)
 		start := time.Now()
-		again, err := l.Acquire(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, first, again)
+		require.Equal(t, first, mustAcquire(t, b.ctx, l))
 		require.Less(t, time.Since(start), 5*time.Second)
 	})
 
@@ -197,18 +169,10 @@ func TestFencedWait(t *testing.T) {
 		leader := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Hour))
 		follower := newFencedT(t, b.db, b.db.Postgres, "b", withTTL(time.Hour), withFencedWait(30*time.Second))
 		require.Equal(t, Leader, mustTry(t, b.ctx, leader).Status)
-		ctx, cancel := context.WithCancel(b.ctx)
-		got := acquireAsync(ctx, follower)
-		waitingForRelease(t, b.ctx, b.admin, "b")
-		cancel()
-		a := await(t, got, 5*time.Second)
-		require.ErrorIs(t, a.err, context.Canceled)
-		require.Zero(t, a.res)
+		cancelWhileWaiting(t, b.ctx, follower, func() { waitingForRelease(t, b.ctx, b.admin, "b") })
 		require.Nil(t, follower.conn, "the connection is dropped")
 
 		require.NoError(t, leader.Release(b.ctx))
-		res, err := follower.Acquire(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, Leader, res.Status, "the next call reconnects and listens again")
+		require.Equal(t, Leader, mustAcquire(t, b.ctx, follower).Status, "the next call reconnects and listens again")
 	})
 }
