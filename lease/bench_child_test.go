@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +38,7 @@ func runBenchChild(specJSON string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	l, err := newBenchLease(ctx, spec)
+	l, err := newBenchLease(ctx, spec, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -47,6 +49,9 @@ func runBenchChild(specJSON string) int {
 		res, err := spec.call(ctx, l)
 		if err != nil {
 			return 0
+		}
+		if res.Status != Leader {
+			fmt.Fprintf(os.Stderr, "child: %s %v\n", res.Status, res.Err)
 		}
 		if res.Status == Leader && !announced {
 			fmt.Printf("leader %d\n", res.Term.Token)
@@ -64,8 +69,27 @@ func runBenchChild(specJSON string) int {
 // benchChild is a replica running in a child process.
 type benchChild struct {
 	cmd    *exec.Cmd
-	stderr bytes.Buffer
+	stderr lockedBuffer
 	done   chan struct{}
+}
+
+// lockedBuffer is a bytes.Buffer that a child's stderr copy may write
+// while a failing benchmark reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startBenchChild starts this test binary again as a replica of spec and
@@ -84,17 +108,18 @@ func startBenchChild(b testing.TB, ctx context.Context, spec benchSpec) *benchCh
 	stdout, err := c.cmd.StdoutPipe()
 	require.NoError(b, err)
 	require.NoError(b, c.cmd.Start())
-	lines := make(chan string, 1)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	// The first line is the child's announcement; the rest, if any, is
+	// read and dropped, so the child never blocks on a full pipe. Wait
+	// comes after the last read, as exec requires.
+	first := make(chan string, 1)
 	go func() {
 		defer close(c.done)
-		for range lines { // drain, so Wait's pipe close is the only end
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			first <- sc.Text()
+		}
+		close(first)
+		for sc.Scan() {
 		}
 		_ = c.cmd.Wait()
 	}()
@@ -103,7 +128,7 @@ func startBenchChild(b testing.TB, ctx context.Context, spec benchSpec) *benchCh
 		c.kill()
 	})
 	select {
-	case line, ok := <-lines:
+	case line, ok := <-first:
 		require.True(b, ok, "the child exited before leading: %s", c.stderr.String())
 		require.True(b, strings.HasPrefix(line, "leader "), "child said %q", line)
 	case <-time.After(30 * time.Second):

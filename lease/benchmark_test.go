@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -76,19 +77,20 @@ func (s benchSpec) waits() bool { return strings.HasSuffix(s.Strategy, "-wait") 
 // benchmark finds its backend.
 func (s benchSpec) appName() string { return s.Name + "-" + s.Holder }
 
-// newBenchLease builds the lease spec describes. The advisory lease
-// accepts a transaction pool, as BenchmarkPoll measures #556 there, unless
-// it waits, which is refused there.
-func newBenchLease(ctx context.Context, s benchSpec) (Lease, error) {
+// newBenchLease builds the lease spec describes, logging to log (nil
+// discards). The advisory lease accepts a transaction pool, as
+// BenchmarkPoll measures #556 there, unless it waits, which is refused
+// there.
+func newBenchLease(ctx context.Context, s benchSpec, log *slog.Logger) (Lease, error) {
 	switch strings.TrimSuffix(s.Strategy, "-wait") {
 	case "advisory":
 		return NewAdvisory(ctx, AdvisoryConfig{
 			DSN: s.DSN, Name: s.Name, Holder: s.Holder, Key2: s.Key, ApplicationName: s.appName(),
-			AllowTransactionPooling: !s.waits(), Wait: s.waits(),
+			AllowTransactionPooling: !s.waits(), Wait: s.waits(), Logger: log,
 		})
 	case "fenced":
 		return NewFenced(ctx, FencedConfig{
-			DSN: s.DSN, Name: s.Name, Holder: s.Holder, ApplicationName: s.appName(), TTL: s.TTL, Wait: s.waits(),
+			DSN: s.DSN, Name: s.Name, Holder: s.Holder, ApplicationName: s.appName(), TTL: s.TTL, Wait: s.waits(), Logger: log,
 		})
 	}
 	return nil, fmt.Errorf("no strategy %q", s.Strategy)
@@ -97,7 +99,7 @@ func newBenchLease(ctx context.Context, s benchSpec) (Lease, error) {
 // benchLease builds the lease spec describes and closes it when b ends.
 func benchLease(b testing.TB, s benchSpec) Lease {
 	b.Helper()
-	l, err := newBenchLease(testCtx(b), s)
+	l, err := newBenchLease(testCtx(b), s, nil)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
