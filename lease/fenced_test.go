@@ -492,17 +492,3 @@ func TestFenced(t *testing.T) {
 		require.Equal(t, Leader, mustTry(t, b.ctx, l2).Status)
 	})
 }
-
-// fakeClock returns each of times in turn, then the last one forever.
-func fakeClock(times ...time.Time) func() time.Time {
-	var mu sync.Mutex
-	return func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		now := times[0]
-		if len(times) > 1 {
-			times = times[1:]
-		}
-		return now
-	}
-}

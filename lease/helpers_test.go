@@ -229,3 +229,17 @@ func crash(ctx context.Context, l Lease) {
 		l.conn, l.term, l.closed = nil, Term{}, true
 	}
 }
+
+// fakeClock returns each of times in turn, then the last one forever.
+func fakeClock(times ...time.Time) func() time.Time {
+	var mu sync.Mutex
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		now := times[0]
+		if len(times) > 1 {
+			times = times[1:]
+		}
+		return now
+	}
+}
