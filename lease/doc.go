@@ -126,17 +126,25 @@
 //     (NOTIFY is transactional and works through any pool). A follower
 //     that holds no term LISTENs, tries a grant, and then waits for the
 //     notification, or for the holder's term to expire on the server's
-//     clock, whichever comes first, bounded by WaitTimeout. LISTEN needs a
-//     session, so NewFenced checks the endpoint and listens only on a
-//     direct or session-pinned one; through a transaction pool Acquire
-//     does not wait, and the poll and the TTL stay the fallback. The lease
-//     is exactly as correct either way: the notification only shortens the
-//     wait.
+//     clock, whichever comes first, bounded by WaitTimeout. NewFenced
+//     checks the endpoint and listens only on a proven direct one; through
+//     PgBouncer Acquire does not wait, and the poll and the TTL stay the
+//     fallback. Through transaction pooling LISTEN has no session. Through
+//     session pooling it has, but PgBouncer 1.18 takes a server connection
+//     it is resetting (DISCARD ALL, after a listening client left) for
+//     idle when a notification reaches it first, and the next client of
+//     that connection then reads every answer one statement late: a lease
+//     could read an earlier statement's row as a grant. The lease is as
+//     correct either way; the notification only shortens the wait.
 //
-// Acquire returns Follower when its bound passes, so a caller that calls
-// it again at once (the pace the worker uses: the next call starts a poll
-// interval after the last one started, or at once if the call took
-// longer) is never without a waiting call for more than a round trip.
+// A waiting Acquire returns Follower once it has waited out its bound
+// (save a Fenced holder whose renewal answered too late: it returns at
+// once, so its next call renews), so a caller can pace its calls by when
+// they start: the next call starts a
+// poll interval after the last one started, or at once if the last one
+// took longer. A follower is then never without a waiting call for more
+// than a round trip, while a leader, and a lease that does not wait, is
+// still called once a poll interval.
 // Release and Close wait for an Acquire in progress; cancel its ctx to
 // end a wait at once.
 //

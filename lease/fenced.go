@@ -45,12 +45,13 @@ type FencedConfig struct {
 	// Wait makes Acquire wait, for at most WaitTimeout, for the lease to
 	// come free instead of asking once. A follower LISTENs for the
 	// notification every Release sends, and otherwise wakes when the
-	// holder's term expires (a holder that died sends nothing). LISTEN
-	// needs a session of its own, so NewFenced checks the endpoint with
-	// CheckEndpoint and listens only on a direct or session-pinned one;
-	// through a transaction pool, or where the check cannot tell, Acquire
-	// does not wait and is TryAcquire, and the caller's poll is the
-	// fallback. Without Wait, Acquire is TryAcquire. TryAcquire never
+	// holder's term expires (a holder that died sends nothing). NewFenced
+	// checks the endpoint with CheckEndpoint and listens only on a proven
+	// direct one: through a transaction pool LISTEN has no session, and
+	// through PgBouncer's session pooling a notification can desynchronise
+	// a server connection being reset (see Fenced.Waits). Elsewhere
+	// Acquire does not wait and is TryAcquire, and the caller's poll is
+	// the fallback. Without Wait, Acquire is TryAcquire. TryAcquire never
 	// waits.
 	Wait bool
 	// WaitTimeout bounds one wait of Acquire; default 1s, at least 1ms.
@@ -185,8 +186,8 @@ func (c FencedConfig) validate() error {
 // the poll that produced it was sent, on the local monotonic clock; after
 // that the replica must stop leader work unless a later TryAcquire renewed.
 // Writes are made safe against a paused or partitioned old leader with
-// Fence. With Wait, Acquire waits for a release's notification where the
-// endpoint allows LISTEN. Its methods are safe for concurrent use; calls
+// Fence. With Wait, Acquire waits for a release's notification on a
+// direct endpoint. Its methods are safe for concurrent use; calls
 // are serialised.
 type Fenced struct {
 	cfg         FencedConfig
