@@ -22,6 +22,18 @@ func waitingForRelease(t testing.TB, ctx context.Context, admin *pgx.Conn, holde
 	waitForBackend(t, ctx, admin, "fenced-"+holder, "state = 'idle' AND query LIKE '%expires_at - clock_timestamp()%'")
 }
 
+// leaderAndWaiter returns a Fenced lease "a" that leads directly with a
+// one-hour TTL, with its first result, and a lease "b" whose Acquire waits
+// for at most bound.
+func leaderAndWaiter(t *testing.T, b *serverBundle, bound time.Duration) (leader, follower *Fenced, first Result) {
+	t.Helper()
+	leader = newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Hour))
+	follower = newFencedT(t, b.db, b.db.Postgres, "b", withTTL(time.Hour), withFencedWait(bound))
+	first = mustTry(t, b.ctx, leader)
+	require.Equal(t, Leader, first.Status)
+	return leader, follower, first
+}
+
 func TestFencedWait(t *testing.T) {
 	t.Parallel()
 
@@ -42,12 +54,9 @@ func TestFencedWait(t *testing.T) {
 		t.Parallel()
 		const bound = 20 * time.Second
 		b := setup(t)
-		leader := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Hour))
-		follower := newFencedT(t, b.db, b.db.Postgres, "b", withTTL(time.Hour), withFencedWait(bound))
+		leader, follower, first := leaderAndWaiter(t, b, bound)
 		ctx, cancel := context.WithCancel(b.ctx)
 		t.Cleanup(cancel) // before the leases' Close, which waits for Acquire
-		first := mustTry(t, ctx, leader)
-		require.Equal(t, Leader, first.Status)
 
 		got := acquireAsync(ctx, follower)
 		waitingForRelease(t, b.ctx, b.admin, "b")
@@ -62,9 +71,7 @@ func TestFencedWait(t *testing.T) {
 		t.Parallel()
 		const bound = 300 * time.Millisecond
 		b := setup(t)
-		leader := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Hour))
-		follower := newFencedT(t, b.db, b.db.Postgres, "b", withTTL(time.Hour), withFencedWait(bound))
-		require.Equal(t, Leader, mustTry(t, b.ctx, leader).Status)
+		_, follower, _ := leaderAndWaiter(t, b, bound)
 
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 		defer cancel()
@@ -148,9 +155,7 @@ func TestFencedWait(t *testing.T) {
 	t.Run("CancelledWaitPassesThrough", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		leader := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Hour))
-		follower := newFencedT(t, b.db, b.db.Postgres, "b", withTTL(time.Hour), withFencedWait(30*time.Second))
-		require.Equal(t, Leader, mustTry(t, b.ctx, leader).Status)
+		leader, follower, _ := leaderAndWaiter(t, b, 30*time.Second)
 		cancelWhileWaiting(t, b.ctx, follower, func() { waitingForRelease(t, b.ctx, b.admin, "b") })
 		require.Nil(t, follower.conn, "the connection is dropped")
 
