@@ -36,7 +36,7 @@
 //   - [Fenced] is a table lease with a TTL and a fencing token. It keeps no
 //     session state, so it is correct through PgBouncer transaction
 //     pooling. With Wait, its followers are woken by a release's NOTIFY
-//     where the endpoint lets them LISTEN.
+//     on a direct endpoint.
 //
 // # Advisory states
 //
