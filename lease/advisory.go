@@ -43,8 +43,24 @@ type AdvisoryConfig struct {
 	DisablePIDGuard bool
 	// AllowTransactionPooling lets NewAdvisory accept an endpoint that
 	// CheckEndpoint proves transaction-pooled. Two replicas can then both
-	// be leader (issue #556); only reproductions should set it.
+	// be leader (issue #556); only reproductions should set it. It does
+	// not lift the refusal of such an endpoint when Wait is set.
 	AllowTransactionPooling bool
+	// Wait makes Acquire wait for the lock in pg_advisory_lock, for at
+	// most WaitTimeout, instead of asking once: a follower is then woken by
+	// the server the moment the holder's session ends or unlocks, so
+	// failover is bounded by the server, not by the poll. The follower
+	// holds its server connection for as long as it waits, so NewAdvisory
+	// refuses a transaction-pooled endpoint when Wait is set, whatever
+	// AllowTransactionPooling says. TryAcquire never waits; without Wait,
+	// Acquire is TryAcquire.
+	Wait bool
+	// WaitTimeout bounds one wait of Acquire. It is sent as the wait
+	// statement's own lock_timeout, and the client gives up on a silent
+	// server after WaitTimeout + ProbeTimeout. Default 1s; at least 1ms.
+	// Keep it below the caller's bound on one lease call (the worker's
+	// LeaseTimeout).
+	WaitTimeout time.Duration
 	// Logger receives state changes and faults; default discards.
 	Logger *slog.Logger
 }
@@ -75,6 +91,7 @@ func (c AdvisoryConfig) withDefaults() AdvisoryConfig {
 	c.ApplicationName = cmp.Or(c.ApplicationName, defaultApplicationName)
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, defaultProbeTimeout)
 	c.TokenTable = cmp.Or(c.TokenTable, defaultTokenTable)
+	c.WaitTimeout = cmp.Or(c.WaitTimeout, defaultWaitTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,6 +109,9 @@ func (c AdvisoryConfig) validate() error {
 	if _, err := quoteTable(c.TokenTable); err != nil {
 		errs = append(errs, fmt.Errorf("TokenTable: %w", err))
 	}
+	if err := validateWaitTimeout(c.WaitTimeout); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -105,8 +125,11 @@ var ErrTransactionPooled = errors.New("lease endpoint is transaction-pooled")
 // and for why it needs a session-pinned endpoint (issue #556).
 //
 // A Leader result carries a fencing token taken from TokenTable right
-// after the lock, so writes can be fenced with Advisory.Fence. Its methods
-// are safe for concurrent use; calls are serialised.
+// after the lock, so writes can be fenced with Advisory.Fence. With Wait,
+// Acquire waits for the lock instead of asking once (advisory-wait).
+// Release and Close unlock and say whether the unlock freed the lock on
+// the backend that took it. Its methods are safe for concurrent use; calls
+// are serialised.
 type Advisory struct {
 	cfg      AdvisoryConfig
 	connCfg  *pgx.ConnConfig
@@ -131,6 +154,7 @@ type Advisory struct {
 
 var (
 	_ Lease      = (*Advisory)(nil)
+	_ Acquirer   = (*Advisory)(nil)
 	_ Fencer     = (*Advisory)(nil)
 	_ LockHolder = (*Advisory)(nil)
 )
@@ -150,6 +174,19 @@ func NewAdvisory(ctx context.Context, cfg AdvisoryConfig) (*Advisory, error) {
 	}
 	a.endpoint = report
 	a.log.InfoContext(ctx, "lease: endpoint checked", "endpoint", report.Endpoint, "kind", report.Kind.String(), "evidence", report.Evidence)
+	// A waiting follower makes a transaction pool worse, so no option lifts
+	// this refusal. Caught by
+	// TestAdvisoryWait/RefusesATransactionPooledEndpointEvenWhenAllowed.
+	if a.cfg.Wait && report.Kind == EndpointTransactionPooled {
+		return nil, fmt.Errorf("lease: advisory %q: %w: %s. "+
+			"A waiting follower holds a pooled server connection for the whole of each wait, so a few followers starve the pool that the work and the leader's own liveness probe need; "+
+			"and a follower handed the lock-holding backend is granted the re-entrant lock at once, so two replicas can both be leader (issue #556). "+
+			"AllowTransactionPooling does not lift this refusal. "+
+			"Give the lease a DSN of its own that reaches Postgres directly or a PgBouncer database in pool_mode=session; "+
+			"or use lease.Fenced, which is safe through transaction pooling; "+
+			"to reproduce #556, turn Wait off",
+			a.cfg.Name, ErrTransactionPooled, report)
+	}
 	// The refusal. Caught by TestAdvisory/RefusesATransactionPooledEndpoint.
 	if report.Kind == EndpointTransactionPooled && !a.cfg.AllowTransactionPooling {
 		return nil, fmt.Errorf("lease: advisory %q: %w: %s. "+
@@ -252,8 +289,14 @@ func (a *Advisory) Endpoint() EndpointReport { return a.endpoint }
 // session that took it; a closed connection, a failed or timed-out probe,
 // or a different backend PID resets the lease (closing the connection,
 // which frees the lock) and tries a fresh acquire. Any other error resets
-// the lease and reports Faulted.
+// the lease and reports Faulted. It never waits for the lock: a follower
+// asks once, with pg_try_advisory_lock.
 func (a *Advisory) TryAcquire(ctx context.Context) (Result, error) {
+	return a.poll(ctx, false)
+}
+
+// poll is TryAcquire, or Acquire's waiting call when wait is set.
+func (a *Advisory) poll(ctx context.Context, wait bool) (Result, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -271,7 +314,7 @@ func (a *Advisory) TryAcquire(ctx context.Context) (Result, error) {
 			return Result{Status: Leader, Term: a.term}, nil
 		}
 	}
-	return a.acquire(ctx)
+	return a.acquire(ctx, wait)
 }
 
 // stillHeld probes the session that took the lock. false means the lease
@@ -303,9 +346,9 @@ func (a *Advisory) stillHeld(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// acquire connects if needed, tries the lock and, when it is granted,
-// takes a fencing token.
-func (a *Advisory) acquire(ctx context.Context) (Result, error) {
+// acquire connects if needed, tries the lock (or, with wait, waits for it)
+// and, when it is granted, takes a fencing token.
+func (a *Advisory) acquire(ctx context.Context, wait bool) (Result, error) {
 	if c, ok := a.conn.(interface{ IsClosed() bool }); ok && c.IsClosed() {
 		a.reset(ctx)
 	}
@@ -321,26 +364,36 @@ func (a *Advisory) acquire(ctx context.Context) (Result, error) {
 		}
 		a.conn = c
 	}
-	qctx, cancel := context.WithTimeout(ctx, a.cfg.ProbeTimeout)
-	defer cancel()
 	var (
 		locked bool
 		pid    int32
+		err    error
+		step   = "try advisory lock"
 	)
-	// One statement, so the PID recorded is the PID of the backend that
-	// took the lock.
-	if err := a.conn.QueryRow(qctx, advisoryAcquireSQL, a.cfg.Key1, a.cfg.Key2).Scan(&locked, &pid); err != nil {
+	if wait {
+		step = "wait for advisory lock"
+		locked, pid, err = a.waitLock(ctx)
+	} else {
+		qctx, cancel := context.WithTimeout(ctx, a.cfg.ProbeTimeout)
+		// One statement, so the PID recorded is the PID of the backend
+		// that took the lock.
+		err = a.conn.QueryRow(qctx, advisoryAcquireSQL, a.cfg.Key1, a.cfg.Key2).Scan(&locked, &pid)
+		cancel()
+	}
+	if err != nil {
 		// Cancellation is the caller's, not a fault. Caught by
 		// TestAdvisoryMock/CancellationDuringAcquirePassesThrough.
 		if ctx.Err() != nil {
 			a.reset(ctx)
 			return Result{}, ctx.Err()
 		}
-		return a.fault(ctx, "try advisory lock", err), nil
+		return a.fault(ctx, step, err), nil
 	}
 	if !locked {
 		return Result{Status: Follower}, nil
 	}
+	qctx, cancel := context.WithTimeout(ctx, a.cfg.ProbeTimeout)
+	defer cancel()
 	var token int64
 	if err := a.conn.QueryRow(qctx, a.grantSQL, a.cfg.Name).Scan(&token); err != nil {
 		// fault resets, and closing the connection frees the lock just
@@ -376,28 +429,6 @@ func (a *Advisory) reset(ctx context.Context) {
 	}
 	closeConn(ctx, a.conn)
 	a.conn, a.held, a.pid, a.term = nil, false, 0, Term{}
-}
-
-// Release implements Lease by closing the lease connection: the session
-// ends and Postgres frees the lock, so another replica can take it at its
-// next poll. There is no explicit unlock. Behind a transaction pool the
-// session is the pool's, not the lease's, and the lock is not freed.
-func (a *Advisory) Release(ctx context.Context) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	// Caught by TestAdvisory/SurvivorTakesOverAfterTheLeaderReleases.
-	a.reset(ctx)
-	return nil
-}
-
-// Close implements Lease: it releases, and TryAcquire reports Faulted with
-// ErrClosed afterwards. It is idempotent.
-func (a *Advisory) Close(ctx context.Context) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.reset(ctx)
-	a.closed = true
-	return nil
 }
 
 // Fence implements Fencer: inside the caller's transaction tx, on the

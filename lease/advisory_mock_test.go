@@ -136,6 +136,9 @@ func (r scriptedRow) Scan(dest ...any) error {
 		return fmt.Errorf("scripted: scan %d values into %d destinations", len(r.values), len(dest))
 	}
 	for i, v := range r.values {
+		if dest[i] == nil {
+			continue // pgx skips a nil destination
+		}
 		reflect.ValueOf(dest[i]).Elem().Set(reflect.ValueOf(v))
 	}
 	return nil
@@ -288,6 +291,27 @@ func TestAdvisoryMock(t *testing.T) {
 		require.Zero(t, res)
 		require.True(t, c1.isClosed(), "a connection cancelled mid-statement is not trusted")
 		require.False(t, b.lease.held)
+	})
+
+	// A server that never answers the wait: the client gives up after
+	// WaitTimeout + ProbeTimeout, reports Faulted and resets.
+	t.Run("WaitOnASilentServerIsFaultedAfterItsBound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1, 300*time.Millisecond)
+		b.lease.cfg.Wait, b.lease.cfg.WaitTimeout = true, 200*time.Millisecond
+		c1 := b.conns[0]
+		c1.ExpectQuery(advisoryWaitSQL).WithArgs(int32(271), int32(1), "200ms").WillReturnRow(nil, int32(42)).WillDelayFor(time.Hour)
+
+		ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := b.lease.Acquire(ctx)
+		require.NoError(t, err, "the lease's own bound ends the wait, not the caller's context")
+		require.Less(t, time.Since(start), 3*time.Second)
+		require.Equal(t, Faulted, res.Status)
+		require.ErrorIs(t, res.Err, context.DeadlineExceeded)
+		require.ErrorContains(t, res.Err, "wait for advisory lock")
+		require.True(t, c1.isClosed(), "a connection left mid-statement is reset")
 	})
 
 	t.Run("CancellationDuringAcquirePassesThrough", func(t *testing.T) {

@@ -69,16 +69,7 @@ func TestAdvisoryConfig(t *testing.T) {
 func TestAdvisory(t *testing.T) {
 	t.Parallel()
 
-	type testBundle struct {
-		ctx   context.Context
-		db    stacktest.DB
-		admin *pgx.Conn // direct, for pg_locks and pg_terminate_backend
-	}
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		db := stacktest.NewDB(t)
-		return &testBundle{ctx: testCtx(t), db: db, admin: stacktest.Connect(t, db.Postgres)}
-	}
+	setup := setupServer
 
 	t.Run("ExactlyOneOfTwoContendersIsLeader", func(t *testing.T) {
 		t.Parallel()
@@ -123,8 +114,10 @@ func TestAdvisory(t *testing.T) {
 		l1, l2 := newAdvisoryT(t, b.db.Postgres, "a"), newAdvisoryT(t, b.db.Postgres, "b")
 		require.Equal(t, Leader, mustTry(t, b.ctx, l1).Status)
 		require.Equal(t, Follower, mustTry(t, b.ctx, l2).Status)
+		pid := l1.BackendPID()
 
 		require.NoError(t, l1.Release(b.ctx))
+		waitBackendGone(t, b.ctx, b.admin, pid) // the release closed the lease's session
 		eventuallyLeader(t, b.ctx, l2, 10*time.Second)
 		require.Equal(t, Follower, mustTry(t, b.ctx, l1).Status, "a released lease can compete again")
 

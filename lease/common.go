@@ -35,6 +35,30 @@ type conn interface {
 	Close(ctx context.Context) error
 }
 
+// defaultWaitTimeout is how long one Acquire of a waiting lease waits for
+// the lease to come free when its config leaves WaitTimeout 0: short enough
+// that a follower reports in every second (the worker stamps its heartbeat
+// on each Follower result), long enough that a follower costs one
+// statement a second instead of one a poll.
+const defaultWaitTimeout = time.Second
+
+// validateWaitTimeout checks a WaitTimeout: 0 takes the default, and a
+// bound is at least a millisecond, the unit of lock_timeout (where 0 would
+// mean no bound at all).
+func validateWaitTimeout(d time.Duration) error {
+	if d < 0 || (d > 0 && d < time.Millisecond) {
+		return fmt.Errorf("WaitTimeout %s must be at least 1ms; leave it 0 for %s", d, defaultWaitTimeout)
+	}
+	return nil
+}
+
+// isLockTimeout reports whether err is lock_timeout ending a lock wait:
+// SQLSTATE 55P03, lock_not_available.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
 // closeTimeout bounds closing a connection whose server may be gone. Close
 // sends a Terminate message; a half-open socket must not stall a poll.
 const closeTimeout = time.Second

@@ -6,6 +6,9 @@
 // [Term] whose fencing token rises across grants), [Follower] or
 // [Faulted]; Release hands leadership over; Close releases for good. The
 // worker, the scenarios and a user's own lease all meet at that interface.
+// A lease that can wait for leadership instead of asking once per poll
+// also implements [Acquirer]; both strategies do, and wait when their
+// config's Wait is set (see "Waiting instead of polling").
 //
 // # The contract: at most one leader, never exactly once
 //
@@ -27,39 +30,123 @@
 //   - [Advisory] is the original: pg_try_advisory_lock(271, 1) on one
 //     dedicated, non-pooled connection, a liveness probe with a 5 s timeout,
 //     and the backend-PID affinity guard. With DisablePIDGuard it is the
-//     advisory-unguarded baseline. It is correct only on a session-pinned
-//     endpoint.
+//     advisory-unguarded baseline; with Wait it is advisory-wait, whose
+//     followers wait in pg_advisory_lock. It is correct only on a
+//     session-pinned endpoint.
 //   - [Fenced] is a table lease with a TTL and a fencing token. It keeps no
 //     session state, so it is correct through PgBouncer transaction
-//     pooling.
+//     pooling. With Wait, its followers are woken by a release's NOTIFY
+//     on a direct endpoint.
 //
 // # Advisory states
 //
 // The lock lives in the Postgres session (the backend) that took it, and
 // dies with it. The lease keeps the PID of that backend, read in the same
 // statement as the lock (SELECT pg_try_advisory_lock($1,$2),
-// pg_backend_pid()), and probes it at every poll while it holds the lock.
+// pg_backend_pid(), or the waiting statement below), and probes it at
+// every call while it holds the lock.
 //
-//	                lock granted, token taken
-//	+----------+ -----------------------------> +--------+
-//	| follower |                                | leader | --+ probe: same PID,
-//	+----------+ <----------------------------- +--------+ <-+ same term
-//	  |    ^      probe failed, timed out or         |
-//	  |    |      saw another PID: reset, then a     | Release / Close:
-//	  |    |      fresh acquire that lost (one       | close the connection,
-//	  |    |      that wins is leader again with     | which frees the lock
-//	  |    |      a new token)                       v
-//	  |    +------------------------------------ released
-//	  | connect, lock or token failed: reset
+//	          Acquire with Wait: pg_advisory_lock under a lock_timeout
+//	         +------------------------> +---------+ granted, token taken
+//	         |  +---------------------- | waiting | ----------------+
+//	         |  |  lock_timeout (55P03) +---------+                 |
+//	         |  v                                                   v
+//	+----------+    pg_try_advisory_lock granted, token taken   +--------+
+//	| follower | ---------------------------------------------> | leader |
+//	+----------+ <--------------------------------------------- +--------+
+//	  |    ^      probe failed, timed out or saw another PID:     |  ^  |
+//	  |    |      reset, then a fresh acquire that lost           |  +--+ probe: same
+//	  |    |      (one that wins leads again, with a new token)   |  PID, same term
+//	  |    |                                                      |
+//	  |    |      Release / Close: pg_advisory_unlock with        |
+//	  |    |      pg_backend_pid() in one statement, then close   v
+//	  |    +---------------------------------------------------- released
+//	  | connect, lock, wait or token failed: reset
 //	  v
-//	+---------+   the next poll reconnects and tries again
+//	+---------+   the next call reconnects and tries again
 //	| faulted | -----------------------------------------> follower or leader
 //	+---------+
 //
 // "Reset" closes the connection: the session ends and Postgres frees the
-// lock. There is no explicit unlock. Cancellation of ctx is passed through
-// as TryAcquire's error, after a reset, because a connection cancelled in
-// mid-statement cannot be trusted.
+// lock. A lost session (a failed probe, another PID) is just reset.
+// Cancellation of ctx is passed through as TryAcquire's or Acquire's
+// error, after a reset, because a connection cancelled in mid-statement
+// cannot be trusted.
+//
+// A release tells the truth. Release and Close unlock on the lease's
+// session, reading pg_backend_pid() in the same statement, and only then
+// close. When the unlock returned true on the backend that took the lock,
+// the hand-over was clean and is logged as "gave up leadership". When it
+// ran on another backend, freed nothing, or failed, the release returns an
+// error wrapping [ErrUnlockUnconfirmed] and logs a warning instead: behind
+// a transaction pool the lock may remain held on a pooled server
+// connection that no client owns, until that connection closes, and the
+// next holder may re-enter it there (issue #556 again, after the leader
+// has gone). The unlock runs even if the caller's ctx has ended, bounded
+// by ProbeTimeout.
+//
+// # Waiting instead of polling
+//
+// When a leader process dies, the kernel resets its connection and
+// Postgres ends its backend, which frees the session lock within a
+// millisecond or so; a graceful release frees it at once. A follower that
+// asks once per poll learns of it at its next poll. A follower already
+// waiting in pg_advisory_lock is granted the lock by the server at that
+// instant. [Acquirer] is how a caller asks a lease to wait:
+//
+//   - Advisory with Wait: Acquire runs, in one statement, WITH bound AS
+//     MATERIALIZED (SELECT set_config('lock_timeout', WaitTimeout, true))
+//     SELECT pg_advisory_lock($1,$2), pg_backend_pid() FROM bound. The
+//     bound is local to the statement's own implicit transaction: it covers
+//     the wait and nothing else, and it is gone when the statement ends,
+//     however it ends. A session-level SET would outlive the wait, on the
+//     lease's session (where the token grant, which must be free to wait
+//     for an open fenced write, would be cut short) and on a
+//     session-pooled server connection. SET LOCAL in an explicit
+//     transaction would be as tight, but costs BEGIN and COMMIT around
+//     every wait. The PID is read in the same statement, so the PID guard
+//     holds as for pg_try_advisory_lock.
+//   - The end of a wait decides the result. Granted: Leader, once the
+//     token is taken. lock_timeout (SQLSTATE 55P03): Follower, the lock
+//     is held elsewhere. Any other error, or a server silent for
+//     WaitTimeout + ProbeTimeout: Faulted, and reset. ctx ending: the
+//     error, and reset; closing a connection cancelled in mid-statement
+//     sends the server a cancel request (pgx does), so the backend does
+//     not stay queued for the lock.
+//   - A waiting follower holds its server connection for as long as it
+//     waits. Through a transaction pool that is a pooled server connection
+//     taken from the work and from the leader's own probe, and a follower
+//     handed the lock-holding backend is granted the re-entrant lock at
+//     once (#556). So NewAdvisory refuses a proven transaction-pooled
+//     endpoint when Wait is set, and AllowTransactionPooling does not lift
+//     that refusal: #556 is reproduced with Wait off.
+//   - While it waits, a follower's backend holds one snapshot, so the
+//     database's xmin horizon can lag by up to WaitTimeout.
+//   - Fenced with Wait: every Release notifies in its own statement
+//     (NOTIFY is transactional and works through any pool). A follower
+//     that holds no term LISTENs, tries a grant, and then waits for the
+//     notification, or for the holder's term to expire on the server's
+//     clock, whichever comes first, bounded by WaitTimeout. NewFenced
+//     checks the endpoint and listens only on a proven direct one; through
+//     PgBouncer Acquire does not wait, and the poll and the TTL stay the
+//     fallback. Through transaction pooling LISTEN has no session. Through
+//     session pooling it has, but PgBouncer 1.18 takes a server connection
+//     it is resetting (DISCARD ALL, after a listening client left) for
+//     idle when a notification reaches it first, and the next client of
+//     that connection then reads every answer one statement late: a lease
+//     could read an earlier statement's row as a grant. The lease is as
+//     correct either way; the notification only shortens the wait.
+//
+// A waiting Acquire returns Follower once it has waited out its bound
+// (save a Fenced holder whose renewal answered too late: it returns at
+// once, so its next call renews), so a caller can pace its calls by when
+// they start: the next call starts a
+// poll interval after the last one started, or at once if the last one
+// took longer. A follower is then never without a waiting call for more
+// than a round trip, while a leader, and a lease that does not wait, is
+// still called once a poll interval.
+// Release and Close wait for an Acquire in progress; cancel its ctx to
+// end a wait at once.
 //
 // # Issue #556: advisory locks behind transaction pooling
 //
@@ -164,7 +251,8 @@
 //     crash recovery). While the lease is held, a follower's poll is a
 //     plain read: it neither writes nor waits for the leader's locks.
 //   - Release expires the holder's exact term at once, so the next poll of
-//     any replica takes over without waiting for the TTL.
+//     any replica takes over without waiting for the TTL, and notifies the
+//     followers waiting in Acquire in the same statement.
 //
 // The holder trusts its lease only until the instant it sent the
 // successful poll plus TTL minus Margin, on its local monotonic clock

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/signal"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -102,4 +104,43 @@ func ExampleFenced() {
 		_, err := tx.Exec(workCtx, "INSERT INTO audit (token) VALUES ($1)", res.Term.Token)
 		return err
 	})
+}
+
+// A replica that waits for leadership instead of polling for it: with Wait,
+// a follower's Acquire waits in pg_advisory_lock and returns Leader the
+// moment the holder's session lets go. The next call starts a poll after
+// the last one started, or at once when the last one waited longer, so a
+// follower is always waiting and a leader still probes once a poll.
+//
+// Compiled, not run: it needs a server (LEASE_DSN, session-pinned).
+func ExampleAdvisory_Acquire() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	l, err := lease.NewAdvisory(ctx, lease.AdvisoryConfig{
+		DSN:         os.Getenv("LEASE_DSN"),
+		Wait:        true,
+		WaitTimeout: time.Second,
+	})
+	if err != nil {
+		return // ErrTransactionPooled: a waiting follower needs a pinned endpoint
+	}
+	// Close after the loop's context has ended, so no Acquire is waiting.
+	defer l.Close(context.Background())
+
+	const poll = 100 * time.Millisecond
+	for {
+		started := time.Now()
+		res, err := l.Acquire(ctx)
+		if err != nil {
+			return // ctx ended
+		}
+		if res.Status == lease.Leader {
+			_ = res.Term // leader work, fenced with l.Fence
+		}
+		select {
+		case <-time.After(time.Until(started.Add(poll))):
+		case <-ctx.Done():
+			return
+		}
+	}
 }

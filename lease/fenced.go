@@ -42,6 +42,22 @@ type FencedConfig struct {
 	// ApplicationName is the lease connection's application_name; default
 	// "doublerun-fenced-lease".
 	ApplicationName string
+	// Wait makes Acquire wait, for at most WaitTimeout, for the lease to
+	// come free instead of asking once. A follower LISTENs for the
+	// notification every Release sends, and otherwise wakes when the
+	// holder's term expires (a holder that died sends nothing). NewFenced
+	// checks the endpoint with CheckEndpoint and listens only on a proven
+	// direct one: through a transaction pool LISTEN has no session, and
+	// through PgBouncer's session pooling a notification can desynchronise
+	// a server connection being reset (see Fenced.Waits). Elsewhere
+	// Acquire does not wait and is TryAcquire, and the caller's poll is
+	// the fallback. Without Wait, Acquire is TryAcquire. TryAcquire never
+	// waits.
+	Wait bool
+	// WaitTimeout bounds one wait of Acquire; default 1s, at least 1ms.
+	// Keep it below the caller's bound on one lease call (the worker's
+	// LeaseTimeout).
+	WaitTimeout time.Duration
 	// Logger receives state changes and faults; default discards.
 	Logger *slog.Logger
 }
@@ -95,8 +111,17 @@ RETURNING token`
 	// Expire the exact term now, so the next poll of any replica takes it.
 	// Caught by TestFenced/ReleaseHandsOverAtOnce and
 	// TestFenced/ReleaseOfAStaleTermLeavesTheNewHolderAlone.
-	fencedReleaseSQL = `UPDATE %s SET expires_at = clock_timestamp()
-WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`
+	//
+	// The same statement notifies channel $4 with the lease name, so a
+	// follower waiting in Acquire wakes at once. NOTIFY is transactional:
+	// it is sent when the release commits, and only when it expired a
+	// term. It works through any pool; only LISTEN needs a session. Caught
+	// by TestFencedWait/ReleaseWakesAWaitingFollower.
+	fencedReleaseSQL = `WITH released AS (
+UPDATE %s SET expires_at = clock_timestamp()
+WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
+RETURNING name)
+SELECT pg_notify($4, name) FROM released`
 	fencedExistsSQL = `SELECT 1 FROM %s LIMIT 0`
 )
 
@@ -126,6 +151,7 @@ func (c FencedConfig) withDefaults() FencedConfig {
 	c.Margin = cmp.Or(c.Margin, c.TTL/5)
 	c.ExecMode = cmp.Or(c.ExecMode, pgx.QueryExecModeExec)
 	c.ApplicationName = cmp.Or(c.ApplicationName, defaultFencedAppName)
+	c.WaitTimeout = cmp.Or(c.WaitTimeout, defaultWaitTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -146,6 +172,9 @@ func (c FencedConfig) validate() error {
 	if _, err := quoteTable(c.Table); err != nil {
 		errs = append(errs, fmt.Errorf("Table: %w", err))
 	}
+	if err := validateWaitTimeout(c.WaitTimeout); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -157,15 +186,18 @@ func (c FencedConfig) validate() error {
 // the poll that produced it was sent, on the local monotonic clock; after
 // that the replica must stop leader work unless a later TryAcquire renewed.
 // Writes are made safe against a paused or partitioned old leader with
-// Fence. Its methods are safe for concurrent use; calls are serialised.
+// Fence. With Wait, Acquire waits for a release's notification on a
+// direct endpoint. Its methods are safe for concurrent use; calls
+// are serialised.
 type Fenced struct {
-	cfg     FencedConfig
-	connCfg *pgx.ConnConfig
-	log     *slog.Logger
-	table   string // quoted
-	renew   string
-	grant   string
-	release string
+	cfg         FencedConfig
+	connCfg     *pgx.ConnConfig
+	log         *slog.Logger
+	table       string // quoted
+	renew       string
+	grant       string
+	release     string
+	termLeftSQL string
 
 	// connect opens the lease connection; now reads the local monotonic
 	// clock. In-package tests replace them.
@@ -177,20 +209,34 @@ type Fenced struct {
 	term     Term
 	deadline time.Time
 	closed   bool
+
+	// endpoint is what CheckEndpoint said when Wait is set; wakes is
+	// whether Acquire waits for notifications there, and listening whether
+	// the current connection has run LISTEN.
+	endpoint  EndpointReport
+	wakes     bool
+	listening bool
 }
 
 var (
-	_ Lease  = (*Fenced)(nil)
-	_ Fencer = (*Fenced)(nil)
+	_ Lease    = (*Fenced)(nil)
+	_ Acquirer = (*Fenced)(nil)
+	_ Fencer   = (*Fenced)(nil)
 )
 
 // NewFenced validates cfg, connects, and checks that the lease table
 // exists, so that a missing migration fails at start with a hint rather
-// than at every poll.
+// than at every poll. With cfg.Wait it first checks the endpoint with
+// CheckEndpoint, to decide whether Acquire can wait for notifications.
 func NewFenced(ctx context.Context, cfg FencedConfig) (*Fenced, error) {
 	f, err := newFenced(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if f.cfg.Wait {
+		if err := f.checkEndpoint(ctx); err != nil {
+			return nil, err
+		}
 	}
 	c, err := f.connect(ctx)
 	if err != nil {
@@ -217,14 +263,15 @@ func newFenced(cfg FencedConfig) (*Fenced, error) {
 	connCfg.RuntimeParams["application_name"] = cfg.ApplicationName
 	table, _ := quoteTable(cfg.Table) // validated above
 	f := &Fenced{
-		cfg:     cfg,
-		connCfg: connCfg,
-		log:     cfg.Logger.With("lease", cfg.Name, "holder", cfg.Holder),
-		table:   table,
-		renew:   fmt.Sprintf(fencedRenewSQL, table),
-		grant:   fmt.Sprintf(fencedGrantSQL, table),
-		release: fmt.Sprintf(fencedReleaseSQL, table),
-		now:     time.Now,
+		cfg:         cfg,
+		connCfg:     connCfg,
+		log:         cfg.Logger.With("lease", cfg.Name, "holder", cfg.Holder),
+		table:       table,
+		renew:       fmt.Sprintf(fencedRenewSQL, table),
+		grant:       fmt.Sprintf(fencedGrantSQL, table),
+		release:     fmt.Sprintf(fencedReleaseSQL, table),
+		termLeftSQL: fmt.Sprintf(fencedTermLeftSQL, table),
+		now:         time.Now,
 	}
 	f.connect = func(ctx context.Context) (conn, error) { return pgx.ConnectConfig(ctx, f.connCfg.Copy()) }
 	return f, nil
@@ -246,6 +293,11 @@ func hintMigrate(err error, table string) error {
 func (f *Fenced) TryAcquire(ctx context.Context) (Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.tryLocked(ctx)
+}
+
+// tryLocked is one renewal or grant; f.mu is held.
+func (f *Fenced) tryLocked(ctx context.Context) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -262,15 +314,7 @@ func (f *Fenced) TryAcquire(ctx context.Context) (Result, error) {
 	defer cancel()
 	token, granted, err := f.renewOrGrant(sctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			f.resetConn(ctx)
-			return Result{}, ctx.Err()
-		}
-		// The term is kept. Caught by
-		// TestFenced/RenewsItsTermAfterItsBackendIsKilled.
-		f.log.WarnContext(ctx, "lease: faulted", "token", f.term.Token, "err", err)
-		f.resetConn(ctx)
-		return Result{Status: Faulted, Err: fmt.Errorf("lease %q: %w", f.cfg.Name, hintMigrate(err, f.cfg.Table))}, nil
+		return f.failed(ctx, err)
 	}
 	if !granted {
 		if f.term.Token != 0 {
@@ -298,12 +342,8 @@ func (f *Fenced) TryAcquire(ctx context.Context) (Result, error) {
 // renewOrGrant renews the term held, or else tries a grant. granted is
 // false when another replica holds an unexpired term.
 func (f *Fenced) renewOrGrant(ctx context.Context) (token int64, granted bool, err error) {
-	if f.conn == nil {
-		c, err := f.connect(ctx)
-		if err != nil {
-			return 0, false, fmt.Errorf("connect: %w", err)
-		}
-		f.conn = c
+	if err := f.ensureConn(ctx); err != nil {
+		return 0, false, err
 	}
 	ttl := f.cfg.TTL.Milliseconds()
 	if f.term.Token != 0 {
@@ -325,11 +365,40 @@ func (f *Fenced) renewOrGrant(ctx context.Context) (token int64, granted bool, e
 	return token, true, nil
 }
 
+// failed ends a poll or a wait that err interrupted: cancellation passes
+// through, anything else is Faulted. Either way the connection is
+// dropped, since it may be mid-statement; the term is kept, so the next
+// poll can renew it.
+func (f *Fenced) failed(ctx context.Context, err error) (Result, error) {
+	if ctx.Err() != nil {
+		f.resetConn(ctx)
+		return Result{}, ctx.Err()
+	}
+	// The term is kept. Caught by
+	// TestFenced/RenewsItsTermAfterItsBackendIsKilled.
+	f.log.WarnContext(ctx, "lease: faulted", "token", f.term.Token, "err", err)
+	f.resetConn(ctx)
+	return Result{Status: Faulted, Err: fmt.Errorf("lease %q: %w", f.cfg.Name, hintMigrate(err, f.cfg.Table))}, nil
+}
+
+// ensureConn connects if the lease has no connection.
+func (f *Fenced) ensureConn(ctx context.Context) error {
+	if f.conn != nil {
+		return nil
+	}
+	c, err := f.connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	f.conn = c
+	return nil
+}
+
 // resetConn drops the connection after an error, so the next poll starts
 // on a fresh one. The term stays: it is the server's to expire.
 func (f *Fenced) resetConn(ctx context.Context) {
 	closeConn(ctx, f.conn)
-	f.conn = nil
+	f.conn, f.listening = nil, false
 }
 
 // Deadline is the local monotonic instant until which the last Leader
@@ -343,8 +412,10 @@ func (f *Fenced) Deadline() time.Time {
 }
 
 // Release implements Lease: it expires this replica's exact term at once,
-// so any replica's next poll takes the lease with a higher token. If the
-// statement fails the term is forgotten anyway and expires after the TTL.
+// so any replica's next poll takes the lease with a higher token, and in
+// the same statement notifies the followers waiting in Acquire, which take
+// it at once. If the statement fails the term is forgotten anyway and
+// expires after the TTL.
 func (f *Fenced) Release(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -359,14 +430,10 @@ func (f *Fenced) releaseLocked(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, f.cfg.TTL-f.cfg.Margin)
 	defer cancel()
-	if f.conn == nil {
-		c, err := f.connect(sctx)
-		if err != nil {
-			return fmt.Errorf("lease %q: release token %d: connect: %w; the term expires by itself after the TTL", f.cfg.Name, term.Token, err)
-		}
-		f.conn = c
+	if err := f.ensureConn(sctx); err != nil {
+		return fmt.Errorf("lease %q: release token %d: %w; the term expires by itself after the TTL", f.cfg.Name, term.Token, err)
 	}
-	if _, err := f.conn.Exec(sctx, f.release, f.cfg.Name, f.cfg.Holder, term.Token); err != nil {
+	if _, err := f.conn.Exec(sctx, f.release, f.cfg.Name, f.cfg.Holder, term.Token, fencedChannel); err != nil {
 		f.resetConn(ctx)
 		return fmt.Errorf("lease %q: release token %d: %w; the term expires by itself after the TTL", f.cfg.Name, term.Token, err)
 	}

@@ -56,7 +56,7 @@ func TestFencedMock(t *testing.T) {
 		const ttl, margin = 2 * time.Second, time.Second
 		f, c, _ := setup(t, ttl, margin)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1))
-		c.ExpectQuery(f.release).WithArgs(name, holder, int64(1)).WillDelayFor(time.Hour)
+		c.ExpectQuery(f.release).WithArgs(name, holder, int64(1), fencedChannel).WillDelayFor(time.Hour)
 		ctx := testCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, f).Status)
 		start := time.Now()

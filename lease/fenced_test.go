@@ -100,16 +100,7 @@ func TestMigrateFenced(t *testing.T) {
 func TestFenced(t *testing.T) {
 	t.Parallel()
 
-	type testBundle struct {
-		ctx   context.Context
-		db    stacktest.DB
-		admin *pgx.Conn // direct
-	}
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		db := stacktest.NewDB(t)
-		return &testBundle{ctx: testCtx(t), db: db, admin: stacktest.Connect(t, db.Postgres)}
-	}
+	setup := setupServer
 
 	t.Run("ExactlyOneLeaderUnderContention", func(t *testing.T) {
 		t.Parallel()
@@ -500,18 +491,4 @@ func TestFenced(t *testing.T) {
 		require.ErrorIs(t, res.Err, ErrClosed)
 		require.Equal(t, Leader, mustTry(t, b.ctx, l2).Status)
 	})
-}
-
-// fakeClock returns each of times in turn, then the last one forever.
-func fakeClock(times ...time.Time) func() time.Time {
-	var mu sync.Mutex
-	return func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		now := times[0]
-		if len(times) > 1 {
-			times = times[1:]
-		}
-		return now
-	}
 }

@@ -26,6 +26,21 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// serverBundle is what a test against a server starts from: a database
+// of its own, a bounded context, and a direct connection for pg_locks,
+// pg_stat_activity and pg_terminate_backend.
+type serverBundle struct {
+	ctx   context.Context
+	db    stacktest.DB
+	admin *pgx.Conn
+}
+
+func setupServer(t *testing.T) *serverBundle {
+	t.Helper()
+	db := stacktest.NewDB(t)
+	return &serverBundle{ctx: testCtx(t), db: db, admin: stacktest.Connect(t, db.Postgres)}
+}
+
 // testLogger writes to the test's output, which go test shows on failure
 // and with -v.
 func testLogger(t testing.TB) *slog.Logger {
@@ -197,3 +212,34 @@ func writes(t testing.TB, ctx context.Context, c *pgx.Conn) []string {
 }
 
 func holderName(i int) string { return fmt.Sprintf("replica-%d", i) }
+
+// crash drops the lease's connection without releasing anything, as the
+// death of its process would, and leaves the lease unusable.
+func crash(ctx context.Context, l Lease) {
+	switch l := l.(type) {
+	case *Advisory:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		closeConn(ctx, l.conn)
+		l.conn, l.held, l.closed = nil, false, true
+	case *Fenced:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		closeConn(ctx, l.conn)
+		l.conn, l.term, l.closed = nil, Term{}, true
+	}
+}
+
+// fakeClock returns each of times in turn, then the last one forever.
+func fakeClock(times ...time.Time) func() time.Time {
+	var mu sync.Mutex
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		now := times[0]
+		if len(times) > 1 {
+			times = times[1:]
+		}
+		return now
+	}
+}
