@@ -101,9 +101,11 @@ func (w *Worker) work(loopCtx, ctx context.Context, term lease.Term) (more bool,
 		if err := p.failed(); err != nil {
 			return false, w.endPipeline(false)
 		}
-		// At most MaxHandlers handlers run at once: a claim takes jobs
-		// only for free handlers. Caught by
-		// TestPipeline/NoMoreThanMaxHandlersRunAtOnce.
+		// A claim takes jobs only for free handlers, so that no claimed
+		// job waits for one with its visibility timeout running. Caught by
+		// TestPipeline/ClaimsOnlyForFreeHandlers. (With the MaxHandlers
+		// goroutines of start, it also bounds the handlers running at once,
+		// which TestPipeline/NoMoreThanMaxHandlersRunAtOnce checks.)
 		if !p.slots.take(ctx, limit, until) {
 			return true, nil // out of time with the handlers busy, or stopping
 		}

@@ -73,6 +73,40 @@ func TestPipeline(t *testing.T) {
 		})
 	})
 
+	t.Run("ClaimsOnlyForFreeHandlers", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			release := make(chan struct{})
+			started := make(chan struct{}, 3)
+			h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+				started <- struct{}{}
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": h},
+				BatchSize: 1, MaxHandlers: 1, PollInterval: 20 * time.Millisecond})
+			b.enqueue(t, 3, "k")
+			start(t, b.worker)
+			select {
+			case <-started:
+			case <-time.After(testsignal.DefaultTimeout):
+				t.Fatal("no job ran")
+			}
+			// The leader cycles on, its one handler busy.
+			for range 3 {
+				b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Again })
+			}
+			require.Equal(t, map[string]int{StateRunning: 1, StateAvailable: 2}, b.states(t),
+				"no job is claimed before a handler is free to run it")
+			close(release)
+			waitCompleted(t, b.worker, 3)
+		})
+	})
+
 	// A leader whose claims keep coming back full goes on claiming, and
 	// when it must ask the lease again it does so at once instead of
 	// waiting a poll interval (an hour here).
