@@ -135,10 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = st.Close(cctx)
 	}()
 	b := &bench{stack: st, poll: o.poll, window: o.window, log: logf}
-	if b.procs.postmaster, err = st.PID(stack.PostgresName); err != nil {
-		return err
-	}
-	if b.procs.bouncer, err = st.PID(stack.TransactionName); err != nil {
+	if err := b.servers(ctx); err != nil {
 		return err
 	}
 	cfg, err := st.Postgres().ConnConfig()
@@ -175,6 +172,10 @@ func (b *bench) grid(ctx context.Context, out io.Writer, o options) error {
 	for round := 1; round <= o.runs; round++ {
 		for _, c := range cells {
 			s, err := b.run(ctx, c)
+			if err != nil && ctx.Err() == nil {
+				b.log("  note: %s, run %d failed (%v); running it again", c, round, err)
+				s, err = b.run(ctx, c)
+			}
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", c, round, err)
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -133,6 +134,9 @@ func (b *bench) endpoint(topology, db string) (stack.Endpoint, error) {
 // the window has passed. The count and the CPU times are read before Stop,
 // so that shutting down is not part of the figure.
 func (b *bench) run(ctx context.Context, c cell) (sample, error) {
+	if err := b.servers(ctx); err != nil {
+		return sample{}, err
+	}
 	d, err := b.newDatabase(ctx, c.Backlog)
 	if err != nil {
 		return sample{}, err
@@ -194,6 +198,37 @@ func waitDone(ctx context.Context, w *worker.Worker, want int64, deadline time.T
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// servers finds the process IDs of Postgres and of the transaction
+// bouncer, starting again a server whose process has gone (the machine is
+// shared, and a run must not report a dead bouncer as a failure of the
+// worker).
+func (b *bench) servers(ctx context.Context) error {
+	for _, s := range []struct {
+		name string
+		pid  *int
+		up   func(context.Context) error
+	}{
+		{stack.PostgresName, &b.procs.postmaster, b.stack.StartPostgres},
+		{stack.TransactionName, &b.procs.bouncer, func(ctx context.Context) error { return b.stack.StartPgBouncer(ctx, stack.TransactionName) }},
+	} {
+		pid, err := b.stack.PID(s.name)
+		if err == nil {
+			if _, err = os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				*s.pid = pid
+				continue
+			}
+		}
+		b.log("  note: %s is not running (%v); starting it again", s.name, err)
+		if err := s.up(ctx); err != nil {
+			return fmt.Errorf("start %s again: %w", s.name, err)
+		}
+		if *s.pid, err = b.stack.PID(s.name); err != nil {
+			return err
 		}
 	}
 	return nil
