@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -68,14 +69,26 @@ func TestComplete(t *testing.T) {
 			_, err := b.conn.Exec(ctx, sql)
 			require.NoError(t, err)
 		}
+		explain := func(sql string, args ...any) string {
+			var raw []byte
+			require.NoError(t, b.conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+fmt.Sprintf(sql, b.worker.table), args...).Scan(&raw))
+			return string(raw)
+		}
 		for _, n := range []int{100, 1000} {
 			jobs, err := b.worker.claim(ctx, leaderTerm, n)
 			require.NoError(t, err)
-			o := buildOutcomes(jobs, make([]error, n), DefaultRetryDelay)
-			var raw []byte
-			require.NoError(t, b.conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+fmt.Sprintf(completeSQL, b.worker.table), o.json(), leaderTerm.Token).Scan(&raw))
-			require.NotContains(t, string(raw), `"Seq Scan"`, "the plan for %d outcomes:\n%s", n, raw)
-			require.Contains(t, string(raw), `"doublerun_jobs_pkey"`)
+			errs := make([]error, n)
+			ids, keys := buildOutcomes(jobs, errs, DefaultRetryDelay).succeeded()
+			plan := explain(completedSQL, ids, keys, leaderTerm.Token)
+			require.NotContains(t, plan, `"Seq Scan"`, "the plan for %d successes:\n%s", n, plan)
+			require.Contains(t, plan, `"doublerun_jobs_pkey"`)
+
+			for i := range errs {
+				errs[i] = errors.New("no")
+			}
+			plan = explain(failedSQL, buildOutcomes(jobs, errs, DefaultRetryDelay).failed(), leaderTerm.Token)
+			require.NotContains(t, plan, `"Seq Scan"`, "the plan for %d failures:\n%s", n, plan)
+			require.Contains(t, plan, `"doublerun_jobs_pkey"`)
 		}
 	})
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +33,7 @@ func (w *Worker) runJob(ctx context.Context, job *Job) (err error) {
 }
 
 // outcomes are what the attempts of a set of jobs came to, one element per
-// job; json encodes them for completeSQL.
+// job; succeeded and failed give them to completedSQL and failedSQL.
 type outcomes struct {
 	ids      []int64
 	attempts []int32
@@ -71,50 +72,80 @@ func buildOutcomes(jobs []*Job, errs []error, retryDelay func(attempt int) time.
 	return o
 }
 
-// completeSQL records outcomes in one statement. $1 maps each job's ID to
-// its outcome, {"<id>": {"a": attempt, "s": state, "d": delay in µs, "e":
-// error}}. The UPDATE finds its rows through the primary key, by an array
-// of the map's keys, and reads each row's outcome from the map, so it
-// joins nothing: joined with unnest() of the outcomes, the planner, misled
-// by statistics that saw no running job, seq-scanned the table (a cost
-// that grew with every completed job) or rescanned the outcomes once per
-// row.
+// The outcomes are recorded by two statements, one for the jobs that
+// succeeded and one for those that failed, each finding its rows through
+// the primary key by an array of IDs and joining nothing. Joined with
+// unnest() of the outcomes, the planner, misled by statistics that saw no
+// running job, seq-scanned the table (a cost that grew with every
+// completed job) or rescanned the outcomes once per row.
 //
 // A row is updated only if it is still running under the same attempt: if
 // its visibility timeout passed and another claim took it, this outcome is
-// late and the newer claim owns the job. Caught by
-// TestJobs/LateOutcomeOfAReclaimedJobIsNotRecorded; the retry delay by
-// TestJobs/RetryWaitsItsDelay; finding the rows through the primary key by
+// late and the newer claim owns the job.
+
+// completedSQL completes the jobs that succeeded. $2 holds "id/attempt"
+// of each; = ANY over an array of constants is a hash lookup. Caught: the
+// attempt by TestJobs/LateOutcomeOfAReclaimedJobIsNotRecorded; the
+// primary key by TestComplete/FindsTheJobsThroughThePrimaryKey.
+const completedSQL = `
+UPDATE %[1]s SET state = 'completed', finalized_at = now(), finalized_token = $3::bigint
+WHERE id = ANY(ARRAY(SELECT unnest($1::bigint[]))) AND state = 'running'
+  AND (id::text || '/' || attempt::text) = ANY($2::text[])
+RETURNING state`
+
+// failedSQL puts back or discards the jobs that failed. $1 maps each job's
+// ID to its outcome, {"<id>": {"a": attempt, "s": state, "d": delay in µs,
+// "e": error}}. Caught: the attempt by
+// TestJobs/LateFailureOfAReclaimedJobIsNotRecorded; the retry delay by
+// TestJobs/RetryWaitsItsDelay; the primary key by
 // TestComplete/FindsTheJobsThroughThePrimaryKey.
-const completeSQL = `
+const failedSQL = `
 UPDATE %[1]s AS j SET (state, run_at, finalized_at, finalized_token, last_error) = (
 	SELECT o.s,
 	       CASE WHEN o.s = 'available'
 	       THEN now() + o.d * interval '1 microsecond' ELSE j.run_at END,
-	       CASE WHEN o.s IN ('completed', 'discarded') THEN now() END,
-	       CASE WHEN o.s IN ('completed', 'discarded') THEN $2::bigint END,
+	       CASE WHEN o.s = 'discarded' THEN now() END,
+	       CASE WHEN o.s = 'discarded' THEN $2::bigint END,
 	       COALESCE(o.e, j.last_error)
 	FROM jsonb_to_record($1::jsonb -> j.id::text) AS o(a integer, s text, d bigint, e text))
 WHERE j.id = ANY(ARRAY(SELECT jsonb_object_keys($1::jsonb)::bigint))
   AND j.state = 'running' AND j.attempt = ($1::jsonb -> j.id::text ->> 'a')::integer
 RETURNING j.state`
 
-// json encodes the outcomes as completeSQL's map. A job that appears twice
-// (claimed again by the same worker after its visibility timeout) keeps
-// its newest attempt's outcome: the older one could not be recorded
-// anyway.
-func (o outcomes) json() string {
-	newest := make(map[int64]int, len(o.ids))
+// succeeded returns the IDs of the jobs that succeeded and their
+// "id/attempt" keys, for completedSQL.
+func (o outcomes) succeeded() (ids []int64, keys []string) {
 	for i, id := range o.ids {
+		if o.states[i] == StateCompleted {
+			ids = append(ids, id)
+			keys = append(keys, strconv.FormatInt(id, 10)+"/"+strconv.Itoa(int(o.attempts[i])))
+		}
+	}
+	return ids, keys
+}
+
+// failed encodes the outcomes of the jobs that failed as failedSQL's map,
+// or returns "" when none failed. A job that appears twice (claimed again
+// by the same worker after its visibility timeout) keeps its newest
+// attempt's outcome: the older one could not be recorded anyway.
+func (o outcomes) failed() string {
+	newest := make(map[int64]int)
+	for i, id := range o.ids {
+		if o.states[i] == StateCompleted {
+			continue
+		}
 		if k, ok := newest[id]; !ok || o.attempts[i] > o.attempts[k] {
 			newest[id] = i
 		}
+	}
+	if len(newest) == 0 {
+		return ""
 	}
 	var b strings.Builder
 	b.WriteByte('{')
 	first := true
 	for i, id := range o.ids {
-		if newest[id] != i {
+		if k, ok := newest[id]; !ok || k != i {
 			continue
 		}
 		if !first {
@@ -175,13 +206,25 @@ func (w *Worker) complete(ctx context.Context, term lease.Term, jobs []*Job, err
 		return fmt.Errorf("record outcomes of %d jobs: begin: %w", n, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
-	rows, err := tx.Query(ctx, fmt.Sprintf(completeSQL, w.table), o.json(), term.Token)
-	if err != nil {
-		return fmt.Errorf("record outcomes of %d jobs: %w", n, err)
+	var recorded []string
+	record := func(sql string, args ...any) error {
+		rows, err := tx.Query(ctx, fmt.Sprintf(sql, w.table), args...)
+		if err != nil {
+			return err
+		}
+		states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		recorded = append(recorded, states...)
+		return err
 	}
-	recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("record outcomes of %d jobs: %w", n, err)
+	if ids, keys := o.succeeded(); len(ids) > 0 {
+		if err := record(completedSQL, ids, keys, term.Token); err != nil {
+			return fmt.Errorf("record outcomes of %d jobs: %w", n, err)
+		}
+	}
+	if failed := o.failed(); failed != "" {
+		if err := record(failedSQL, failed, term.Token); err != nil {
+			return fmt.Errorf("record outcomes of %d jobs: %w", n, err)
+		}
 	}
 	if w.fencer != nil {
 		// The fence runs in the same transaction, so that a deposed

@@ -218,6 +218,32 @@ func TestJobs(t *testing.T) {
 		})
 	})
 
+	// The same for a failure: a late one must not put back a job that a
+	// newer claim owns.
+	t.Run("LateFailureOfAReclaimedJobIsNotRecorded", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": noop}})
+			id := b.enqueue(t, 1, "k")[0]
+			ctx := context.Background()
+			first, err := b.worker.claim(ctx, leaderTerm, 1)
+			require.NoError(t, err)
+			_, err = b.conn.Exec(ctx, `UPDATE doublerun_jobs SET run_at = now() - interval '1 ms' WHERE id = $1`, id)
+			require.NoError(t, err)
+			second, err := b.worker.claim(ctx, leaderTerm, 1)
+			require.NoError(t, err)
+			require.Len(t, second, 1)
+
+			require.NoError(t, b.worker.complete(ctx, leaderTerm, first, []error{errors.New("too late")}))
+			require.Equal(t, int64(1), b.worker.Stats().LostClaims)
+			require.Zero(t, b.worker.Stats().JobsRetried)
+			row := b.job(t, id)
+			require.Equal(t, StateRunning, row.State, "the newer claim owns the job")
+			require.Equal(t, 2, row.Attempt)
+			require.Nil(t, row.LastError)
+		})
+	})
+
 	t.Run("FailingJobIsRetriedThenDiscardedAfterMaxAttempts", func(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {

@@ -54,23 +54,30 @@ func TestBuildOutcomes(t *testing.T) {
 		require.False(t, o.errs[0].Valid)
 	})
 
-	// A job claimed again by the same worker after its visibility timeout
-	// has two outcomes in one batch; the newest attempt's is the one sent.
-	t.Run("EncodesTheNewestAttemptOfEachJob", func(t *testing.T) {
+	// Successes go by "id/attempt"; failures as a map of their outcomes, in
+	// which a job claimed again by the same worker after its visibility
+	// timeout, with two failures in one batch, keeps its newest attempt's.
+	t.Run("EncodesSuccessesAndFailures", func(t *testing.T) {
 		t.Parallel()
-		jobs := []*Job{{ID: 3, Attempt: 2, MaxAttempts: 5}, {ID: 8, Attempt: 1, MaxAttempts: 5}, {ID: 3, Attempt: 1, MaxAttempts: 5}}
-		o := buildOutcomes(jobs, []error{nil, errors.New(`said "no"` + "\n"), failed}, delay)
+		jobs := []*Job{
+			{ID: 3, Attempt: 2, MaxAttempts: 5}, {ID: 8, Attempt: 1, MaxAttempts: 5},
+			{ID: 3, Attempt: 1, MaxAttempts: 5}, {ID: 5, Attempt: 4, MaxAttempts: 5},
+		}
+		o := buildOutcomes(jobs, []error{failed, errors.New(`said "no"` + "\n"), errors.New("older"), nil}, delay)
+		ids, keys := o.succeeded()
+		require.Equal(t, []int64{5}, ids)
+		require.Equal(t, []string{"5/4"}, keys)
 		var got map[string]struct {
 			A int
 			S string
 			D int64
 			E *string
 		}
-		require.NoError(t, json.Unmarshal([]byte(o.json()), &got))
+		require.NoError(t, json.Unmarshal([]byte(o.failed()), &got))
 		require.Len(t, got, 2)
-		require.Equal(t, 2, got["3"].A)
-		require.Equal(t, StateCompleted, got["3"].S)
-		require.Nil(t, got["3"].E)
+		require.Equal(t, 2, got["3"].A, "the newest attempt of job 3")
+		require.Equal(t, StateAvailable, got["3"].S)
+		require.Equal(t, "upstream said no", *got["3"].E)
 		require.Equal(t, StateAvailable, got["8"].S)
 		require.Equal(t, int64(1_000_000), got["8"].D)
 		require.Equal(t, `said "no"`+"\n", *got["8"].E, "the error text survives the encoding")
