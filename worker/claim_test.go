@@ -21,17 +21,8 @@ func TestClaim(t *testing.T) {
 	// its cost does not grow with the number of jobs claimed before it.
 	t.Run("ReadsNoDeadEntriesOfEarlierClaims", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
-		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}})
+		b := manyJobs(t, 10100, `ALTER TABLE doublerun_jobs SET (autovacuum_enabled = false)`) // the dead entries stay
 		ctx := context.Background()
-		for _, sql := range []string{
-			`ALTER TABLE doublerun_jobs SET (autovacuum_enabled = false)`, // the dead entries stay
-			`INSERT INTO doublerun_jobs (kind) SELECT 'k' FROM generate_series(1, 10100)`,
-			`ANALYZE doublerun_jobs`,
-		} {
-			_, err := b.conn.Exec(ctx, sql)
-			require.NoError(t, err)
-		}
 		var from claimKey
 		for range 10 {
 			c, err := b.worker.claimFrom(ctx, leaderTerm, 1000, from)
@@ -52,16 +43,8 @@ func TestClaim(t *testing.T) {
 	// table, whose size grows with every completed job.
 	t.Run("FindsTheBatchThroughThePrimaryKey", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
-		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}})
+		b := manyJobs(t, 10000)
 		ctx := context.Background()
-		for _, sql := range []string{
-			`INSERT INTO doublerun_jobs (kind) SELECT 'k' FROM generate_series(1, 10000)`,
-			`ANALYZE doublerun_jobs`,
-		} {
-			_, err := b.conn.Exec(ctx, sql)
-			require.NoError(t, err)
-		}
 		w := b.worker
 		var raw []byte
 		require.NoError(t, b.conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+fmt.Sprintf(claimSQL, w.table),

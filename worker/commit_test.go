@@ -59,16 +59,8 @@ func TestComplete(t *testing.T) {
 	// every completed job.
 	t.Run("FindsTheJobsThroughThePrimaryKey", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
-		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}})
+		b := manyJobs(t, 10000)
 		ctx := context.Background()
-		for _, sql := range []string{
-			`INSERT INTO doublerun_jobs (kind) SELECT 'k' FROM generate_series(1, 10000)`,
-			`ANALYZE doublerun_jobs`,
-		} {
-			_, err := b.conn.Exec(ctx, sql)
-			require.NoError(t, err)
-		}
 		explain := func(sql string, args ...any) string {
 			var raw []byte
 			require.NoError(t, b.conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+fmt.Sprintf(sql, b.worker.table), args...).Scan(&raw))

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,6 +113,32 @@ func (b *jobsBundle) states(t *testing.T) map[string]int {
 }
 
 var noop = HandlerFunc(func(context.Context, *Job) error { return nil })
+
+// manyJobs migrates a database of its own, inserts n due jobs of kind "k"
+// in one statement after running before (such as an ALTER TABLE), analyses
+// the table, and returns a worker on it with a no-op handler for "k".
+func manyJobs(t *testing.T, n int, before ...string) *jobsBundle {
+	t.Helper()
+	db := stacktest.NewDB(t)
+	b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}})
+	for _, sql := range append(before,
+		fmt.Sprintf(`INSERT INTO doublerun_jobs (kind) SELECT 'k' FROM generate_series(1, %d)`, n),
+		`ANALYZE doublerun_jobs`) {
+		_, err := b.conn.Exec(context.Background(), sql)
+		require.NoError(t, err)
+	}
+	return b
+}
+
+// claimOne enqueues one job, claims it under leaderTerm and returns both.
+func (b *jobsBundle) claimOne(t *testing.T) (int64, []*Job) {
+	t.Helper()
+	id := b.enqueue(t, 1, "k")[0]
+	jobs, err := b.worker.claim(context.Background(), leaderTerm, 1)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	return id, jobs
+}
 
 // deadlineLease is a fencing stub that also reports a trust deadline, as
 // lease.Fenced does: trust after each TryAcquire.

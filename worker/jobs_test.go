@@ -224,11 +224,9 @@ func TestJobs(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": noop}})
-			id := b.enqueue(t, 1, "k")[0]
+			id, first := b.claimOne(t)
 			ctx := context.Background()
-			first, err := b.worker.claim(ctx, leaderTerm, 1)
-			require.NoError(t, err)
-			_, err = b.conn.Exec(ctx, `UPDATE doublerun_jobs SET run_at = now() - interval '1 ms' WHERE id = $1`, id)
+			_, err := b.conn.Exec(ctx, `UPDATE doublerun_jobs SET run_at = now() - interval '1 ms' WHERE id = $1`, id)
 			require.NoError(t, err)
 			second, err := b.worker.claim(ctx, leaderTerm, 1)
 			require.NoError(t, err)
@@ -289,10 +287,8 @@ func TestJobs(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": noop}})
-			id := b.enqueue(t, 1, "k")[0]
+			id, jobs := b.claimOne(t)
 			ctx := context.Background()
-			jobs, err := b.worker.claim(ctx, leaderTerm, 1)
-			require.NoError(t, err)
 			require.NoError(t, b.worker.complete(ctx, leaderTerm, jobs, []error{errors.New("later")}))
 			// Due again no sooner than the delay after the claim (and the
 			// failure came later still).

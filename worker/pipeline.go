@@ -202,35 +202,42 @@ func (p *pipeline) complete() {
 		if !open {
 			return
 		}
-		batch := []outcome{o}
 		linger.Reset(completeLinger)
-	gather:
-		for open && len(batch) < flushAt {
-			select {
-			case o, open = <-p.outcomes:
-				if open {
-					batch = append(batch, o)
-				}
-			case <-linger.C:
-				break gather
-			}
-		}
-	waiting:
-		for open && len(batch) < maxBatchSize {
-			select {
-			case o, open = <-p.outcomes:
-				if open {
-					batch = append(batch, o)
-				}
-			default:
-				break waiting
-			}
+		batch, open := p.gather([]outcome{o}, flushAt, linger.C)
+		if open {
+			batch, open = p.gather(batch, maxBatchSize, nil)
 		}
 		p.record(batch)
 		if !open {
 			return
 		}
 	}
+}
+
+// gather adds outcomes to batch until it holds limit, the channel is
+// closed (open is then false), or until fires; with until nil, it takes
+// only the outcomes already waiting.
+func (p *pipeline) gather(batch []outcome, limit int, until <-chan time.Time) (_ []outcome, open bool) {
+	for len(batch) < limit {
+		var o outcome
+		select {
+		case o, open = <-p.outcomes:
+		default:
+			if until == nil {
+				return batch, true
+			}
+			select {
+			case o, open = <-p.outcomes:
+			case <-until:
+				return batch, true
+			}
+		}
+		if !open {
+			return batch, false
+		}
+		batch = append(batch, o)
+	}
+	return batch, true
 }
 
 // record records one batch of outcomes, remembering the first failure.

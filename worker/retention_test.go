@@ -37,12 +37,19 @@ func TestRetention(t *testing.T) {
 		return ids
 	}
 
-	t.Run("DeletesOnlyJobsFinishedBeforeTheWindow", func(t *testing.T) {
-		t.Parallel()
+	// setup enqueues n jobs for a worker that keeps finished jobs an hour,
+	// the first of them completed two hours ago.
+	setup := func(t *testing.T, n int) (*jobsBundle, []int64) {
 		db := stacktest.NewDB(t)
 		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}, Retention: time.Hour})
-		ids := b.enqueue(t, 5, "k")
+		ids := b.enqueue(t, n, "k")
 		finish(t, b, ids[0], StateCompleted, 2*time.Hour)
+		return b, ids
+	}
+
+	t.Run("DeletesOnlyJobsFinishedBeforeTheWindow", func(t *testing.T) {
+		t.Parallel()
+		b, ids := setup(t, 5)
 		finish(t, b, ids[1], StateDiscarded, 2*time.Hour)
 		finish(t, b, ids[2], StateCompleted, 59*time.Minute)
 		finish(t, b, ids[3], StateRunning, 2*time.Hour) // claimed long ago, never finished
@@ -55,10 +62,7 @@ func TestRetention(t *testing.T) {
 
 	t.Run("LeaderDeletesOldFinishedJobsOncePerInterval", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
-		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}, Retention: time.Hour})
-		ids := b.enqueue(t, 2, "k")
-		finish(t, b, ids[0], StateCompleted, 2*time.Hour)
+		b, ids := setup(t, 2)
 		start(t, b.worker)
 		require.Equal(t, "doublerun-retention", b.worker.signals.swept.Wait())
 		waitCompleted(t, b.worker, 1)

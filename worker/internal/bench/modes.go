@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/worker"
 )
 
@@ -20,24 +19,12 @@ import (
 // jobs per CPU-second for every segment of the given size, so that a cost
 // that grows as completed jobs pile up shows as a falling rate.
 func (b *bench) history(ctx context.Context, out io.Writer, c cell, segment int, limit time.Duration) error {
-	d, err := b.newDatabase(ctx, c.Backlog)
+	r, cleanup, err := b.prepare(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = b.drop(d) }()
-	ep, err := b.endpoint(c.Topology, d.name)
-	if err != nil {
-		return err
-	}
-	l, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: ep.DSN, Name: "bench", Holder: "bench"})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = l.Close(context.Background()) }()
-	w, err := worker.New(worker.Config{
-		Lease: l, DSN: ep.DSN, Handlers: map[string]worker.Handler{benchKind: noop},
-		BatchSize: c.Batch, PollInterval: b.poll,
-	})
+	defer cleanup()
+	w, err := worker.New(r.config)
 	if err != nil {
 		return err
 	}
@@ -82,24 +69,12 @@ func (b *bench) history(ctx context.Context, out io.Writer, c cell, segment int,
 // first claims' plans, with ANALYZE and BUFFERS, are printed. The worker's
 // SQL is not copied here, so the same command explains any version of it.
 func (b *bench) explain(ctx context.Context, out io.Writer, c cell, plans int) error {
-	d, err := b.newDatabase(ctx, c.Backlog)
+	r, cleanup, err := b.prepare(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = b.drop(d) }()
-	ep, err := b.endpoint(c.Topology, d.name)
-	if err != nil {
-		return err
-	}
-	l, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: ep.DSN, Name: "bench", Holder: "bench"})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = l.Close(context.Background()) }()
-	config := worker.Config{
-		Lease: l, DSN: ep.DSN, Handlers: map[string]worker.Handler{benchKind: noop},
-		BatchSize: c.Batch, PollInterval: b.poll,
-	}
+	defer cleanup()
+	config := r.config
 	w, err := worker.New(config)
 	if err != nil {
 		return err
@@ -116,7 +91,7 @@ func (b *bench) explain(ctx context.Context, out io.Writer, c cell, plans int) e
 	var mu sync.Mutex
 	var got []string
 	enough := make(chan struct{})
-	pool, err := newPool(ctx, ep, func(cfg *pgxpool.Config) {
+	pool, err := newPool(ctx, r.ep, func(cfg *pgxpool.Config) {
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			for _, sql := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`,
 				`SET auto_explain.log_analyze = on`, `SET auto_explain.log_buffers = on`, `SET auto_explain.log_level = notice`} {

@@ -129,35 +129,58 @@ func (b *bench) endpoint(topology, db string) (stack.Endpoint, error) {
 	return ep.WithDatabase(db), nil
 }
 
+// running is one cell's database, lease and worker config, ready to start.
+type running struct {
+	db     *database
+	ep     stack.Endpoint
+	lease  *lease.Fenced
+	config worker.Config
+}
+
+// prepare gives a cell a database of its own with its backlog, a Fenced
+// lease on the cell's endpoint, and the config of a worker with no-op
+// handlers. close removes them.
+func (b *bench) prepare(ctx context.Context, c cell) (r running, close func(), err error) {
+	if err := b.servers(ctx); err != nil {
+		return r, nil, err
+	}
+	if r.db, err = b.newDatabase(ctx, c.Backlog); err != nil {
+		return r, nil, err
+	}
+	close = func() { _ = b.drop(r.db) }
+	if r.ep, err = b.endpoint(c.Topology, r.db.name); err != nil {
+		close()
+		return r, nil, err
+	}
+	if r.lease, err = lease.NewFenced(ctx, lease.FencedConfig{DSN: r.ep.DSN, Name: "bench", Holder: "bench"}); err != nil {
+		close()
+		return r, nil, err
+	}
+	close = func() {
+		_ = r.lease.Close(context.Background())
+		_ = b.drop(r.db)
+	}
+	r.config = worker.Config{
+		Lease:        r.lease,
+		DSN:          r.ep.DSN,
+		Handlers:     map[string]worker.Handler{benchKind: noop},
+		BatchSize:    c.Batch,
+		PollInterval: b.poll,
+	}
+	return r, close, nil
+}
+
 // run measures one cell once: a Fenced lease and one worker with no-op
 // handlers on the cell's endpoint work off the backlog until it is done or
 // the window has passed. The count and the CPU times are read before Stop,
 // so that shutting down is not part of the figure.
 func (b *bench) run(ctx context.Context, c cell) (sample, error) {
-	if err := b.servers(ctx); err != nil {
-		return sample{}, err
-	}
-	d, err := b.newDatabase(ctx, c.Backlog)
+	r, cleanup, err := b.prepare(ctx, c)
 	if err != nil {
 		return sample{}, err
 	}
-	defer func() { _ = b.drop(d) }()
-	ep, err := b.endpoint(c.Topology, d.name)
-	if err != nil {
-		return sample{}, err
-	}
-	l, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: ep.DSN, Name: "bench", Holder: "bench"})
-	if err != nil {
-		return sample{}, err
-	}
-	defer func() { _ = l.Close(context.Background()) }()
-	w, err := worker.New(worker.Config{
-		Lease:        l,
-		DSN:          ep.DSN,
-		Handlers:     map[string]worker.Handler{benchKind: noop},
-		BatchSize:    c.Batch,
-		PollInterval: b.poll,
-	})
+	defer cleanup()
+	w, err := worker.New(r.config)
 	if err != nil {
 		return sample{}, err
 	}
