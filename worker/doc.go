@@ -234,6 +234,16 @@
 // the new leader to claim again. A handler can fence its own writes the
 // same way with Fence, on a transaction against the lease's database.
 //
+// lease.Fenced's fence takes a row lock that holds off the lease's next
+// grant until the transaction ends, so that a write that passed the fence
+// lands before any newer leader exists. The worker fences last, just
+// before COMMIT, and its transaction asks the server to end it if the
+// worker sits idle in it for a second (idle_in_transaction_session_timeout,
+// SET LOCAL): a worker paused inside it, by SIGSTOP or a stalled VM, holds
+// off the next leader for a second, not for as long as the pause. Its
+// outcomes are then lost, and its jobs run again after their visibility
+// timeout.
+//
 // A lease that also knows until when its Leader answer may be trusted (it
 // has a Deadline() time.Time method, as lease.Fenced does) bounds the
 // leader work: the context of the cycle's sweeps, and of the handlers of
