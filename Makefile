@@ -8,7 +8,7 @@ PKGS     ?= ./...
 STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build test test-stack images stack lint repro-556 mutation mutation-guards chaos repro-backend-loss repro-paused-holder
+.PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-guards chaos repro-backend-loss repro-paused-holder
 
 all: lint build test
 
@@ -25,6 +25,14 @@ test:
 test-stack:
 	$(GO) run ./scenarios/stack/internal/prepare
 	$(GO) test $(TEST_FLAGS) $(STACK_PKGS)
+
+BENCH_FLAGS ?=
+## bench: the worker's throughput, jobs/s and jobs per CPU-second, for batch
+## sizes 10, 100, 1000 x backlogs 10^4, 10^5, 10^6 x direct and transaction
+## pooling, medians of 3 runs, on a native stack (about 10 min; not part of
+## make test). BENCH_FLAGS="-h" lists the knobs, -history and -explain among them.
+bench:
+	$(GO) run ./worker/internal/bench $(BENCH_FLAGS)
 
 ## images: build the local Postgres and PgBouncer images of every version set
 ## from Debian packages (IMAGE_SETS=pg15-pgbouncer1.18 for one). The docker

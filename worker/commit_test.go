@@ -2,68 +2,167 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
-// A connection that breaks at COMMIT, after the outcomes were written but
-// before they were made durable, is the one failure of completion a test
-// cannot ask the server for. The brief suggested pgxmock for it, but
-// pgxmock v4.9.0 does not compile against pgx v5.12 (pgx.Rows gained
-// TypeMap, pgx.BatchResults gained Tx). Instead the real transaction is
-// wrapped so that its backend is terminated just before COMMIT is sent: a
-// real server and the real driver produce the failure.
+// Two failures of completion happen between the worker's statements, where
+// a test cannot ask the server for them: a connection that breaks at
+// COMMIT, after the outcomes were written but before they were made
+// durable, and a worker that stalls (a paused process) inside the
+// transaction. pgxmock, which could script them, has no release that
+// builds against pgx v5.11 or later (pgx.Rows gained TypeMap,
+// pgx.BatchResults gained Tx). Instead the real transaction is wrapped, so
+// that a real server and the real driver produce the failure.
 
-// dyingCommitPool hands out transactions whose backend dies at COMMIT.
-type dyingCommitPool struct {
+// commitHookPool hands out transactions that call hook just before COMMIT.
+type commitHookPool struct {
 	*pgxpool.Pool
-	killer *pgx.Conn
+	hook func(ctx context.Context, tx pgx.Tx) error
 }
 
-func (p dyingCommitPool) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := p.Pool.Begin(ctx)
+func (p commitHookPool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	tx, err := p.Pool.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return dyingCommitTx{Tx: tx, killer: p.killer}, nil
+	return commitHookTx{Tx: tx, hook: p.hook}, nil
 }
 
-type dyingCommitTx struct {
+type commitHookTx struct {
 	pgx.Tx
-	killer *pgx.Conn
+	hook func(ctx context.Context, tx pgx.Tx) error
 }
 
-func (tx dyingCommitTx) Commit(ctx context.Context) error {
-	pid := tx.Conn().PgConn().PID()
-	if _, err := tx.killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+func (tx commitHookTx) Commit(ctx context.Context) error {
+	if err := tx.hook(ctx, tx.Tx); err != nil {
 		return err
 	}
 	return tx.Tx.Commit(ctx)
 }
 
-func TestCompleteWhenCommitFails(t *testing.T) {
+func TestComplete(t *testing.T) {
 	t.Parallel()
-	db := stacktest.NewDB(t)
-	b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}})
-	ids := b.enqueue(t, 2, "k")
-	ctx := context.Background()
-	jobs, err := b.worker.claim(ctx, leaderTerm, 10)
-	require.NoError(t, err)
-	require.Len(t, jobs, 2)
 
-	b.worker.db = dyingCommitPool{Pool: b.worker.ownPool, killer: stacktest.Connect(t, db.Postgres)}
-	err = b.worker.complete(ctx, leaderTerm, jobs, []error{nil, nil})
-	require.ErrorContains(t, err, "commit")
-	st := b.worker.Stats()
-	require.Zero(t, st.JobsCompleted, "nothing is counted that did not commit")
-	require.Zero(t, st.LostClaims)
-	require.Zero(t, st.StaleRejected)
-	for _, id := range ids {
+	// However many outcomes and however small the table, and although the
+	// statistics saw no running job, recording finds the jobs through the
+	// primary key and never reads the whole table, whose size grows with
+	// every completed job.
+	t.Run("FindsTheJobsThroughThePrimaryKey", func(t *testing.T) {
+		t.Parallel()
+		b := manyJobs(t, 10000)
+		ctx := context.Background()
+		explain := func(sql string, args ...any) string {
+			var raw []byte
+			require.NoError(t, b.conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+fmt.Sprintf(sql, b.worker.table), args...).Scan(&raw))
+			return string(raw)
+		}
+		for _, n := range []int{100, 1000} {
+			jobs, err := b.worker.claim(ctx, leaderTerm, n)
+			require.NoError(t, err)
+			errs := make([]error, n)
+			ids, keys := buildOutcomes(jobs, errs, DefaultRetryDelay).succeeded()
+			plan := explain(completedSQL, ids, keys, leaderTerm.Token)
+			require.NotContains(t, plan, `"Seq Scan"`, "the plan for %d successes:\n%s", n, plan)
+			require.Contains(t, plan, `"doublerun_jobs_pkey"`)
+
+			for i := range errs {
+				errs[i] = errors.New("no")
+			}
+			plan = explain(failedSQL, buildOutcomes(jobs, errs, DefaultRetryDelay).failed(), leaderTerm.Token)
+			require.NotContains(t, plan, `"Seq Scan"`, "the plan for %d failures:\n%s", n, plan)
+			require.Contains(t, plan, `"doublerun_jobs_pkey"`)
+		}
+	})
+
+	t.Run("CommitFails", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}})
+		ids := b.enqueue(t, 2, "k")
+		ctx := context.Background()
+		jobs, err := b.worker.claim(ctx, leaderTerm, 10)
+		require.NoError(t, err)
+		require.Len(t, jobs, 2)
+
+		killer := stacktest.Connect(t, db.Postgres)
+		b.worker.db = commitHookPool{Pool: b.worker.ownPool, hook: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, tx.Conn().PgConn().PID())
+			return err
+		}}
+		err = b.worker.complete(ctx, leaderTerm, jobs, []error{nil, nil})
+		require.ErrorContains(t, err, "commit")
+		st := b.worker.Stats()
+		require.Zero(t, st.JobsCompleted, "nothing is counted that did not commit")
+		require.Zero(t, st.LostClaims)
+		require.Zero(t, st.StaleRejected)
+		for _, id := range ids {
+			require.Equal(t, StateRunning, b.job(t, id).State, "left for the visibility timeout")
+		}
+	})
+
+	// A worker paused inside its completion transaction, after the fence,
+	// holds the fence's row lock, which holds off the lease's next grant.
+	// The server ends the transaction after completeStall, so another
+	// replica takes over after that, not after the pause.
+	t.Run("StalledWorkerDoesNotHoldOffTheNextLeader", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn := stacktest.Connect(t, db.Postgres)
+		require.NoError(t, lease.MigrateFenced(ctx, conn, ""))
+		newLease := func(holder string) *lease.Fenced {
+			l, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: db.Postgres.DSN, Name: "stall", Holder: holder, TTL: 300 * time.Millisecond})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close(context.Background()) })
+			return l
+		}
+		first := newLease("first")
+		res, err := first.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.Equal(t, lease.Leader, res.Status)
+		b := jobsSetup(t, db, db.Postgres, Config{Lease: first, Handlers: map[string]Handler{"k": noop}})
+		id := b.enqueue(t, 1, "k")[0]
+		jobs, err := b.worker.claim(ctx, res.Term, 1)
+		require.NoError(t, err)
+
+		const pause = 4 * time.Second
+		b.worker.db = commitHookPool{Pool: b.worker.ownPool, hook: func(context.Context, pgx.Tx) error {
+			time.Sleep(pause) // the fence has run; its lock is held
+			return nil
+		}}
+		completed := make(chan error, 1)
+		go func() { completed <- b.worker.complete(ctx, res.Term, jobs, []error{nil}) }()
+
+		next := newLease("next")
+		begin := time.Now()
+		for {
+			res, err := next.TryAcquire(ctx)
+			require.NoError(t, err)
+			if res.Status == lease.Leader {
+				break
+			}
+			require.Less(t, time.Since(begin), pause-time.Second, "the next replica was held off for as long as the worker was paused")
+			time.Sleep(20 * time.Millisecond)
+		}
+		took := time.Since(begin)
+		select {
+		case err = <-completed:
+		case <-ctx.Done():
+			t.Fatal("the completion never returned")
+		}
+		require.Error(t, err, "the server ended the stalled transaction")
 		require.Equal(t, StateRunning, b.job(t, id).State, "left for the visibility timeout")
-	}
+		t.Logf("the next replica took over %s after the worker stalled in its completion", took.Round(time.Millisecond))
+	})
 }

@@ -36,7 +36,11 @@ const (
 
 	failoverLease = "failover"
 	failoverKind  = "record"
-	failoverJobs  = 1000
+	failoverJobs  = 5000
+	// The faults strike once this many jobs have run: the freeze at a
+	// fifth, the kill at half.
+	freezeAfter = failoverJobs / 5
+	killAfter   = failoverJobs / 2
 )
 
 // The child's settings: fast enough that a failover takes seconds.
@@ -99,7 +103,7 @@ func childMain() int {
 			}
 		})},
 		PollInterval:      childPoll,
-		BatchSize:         10,
+		BatchSize:         100, // and MaxHandlers 200: a batch runs while the next is claimed
 		VisibilityTimeout: childVisibility,
 		BackoffInitial:    50 * time.Millisecond,
 		BackoffMax:        500 * time.Millisecond,
@@ -235,7 +239,7 @@ func TestFailover(t *testing.T) {
 	})
 }
 
-// failover runs 3 worker processes over 1,000 jobs on ep, SIGKILLs the
+// failover runs 3 worker processes over 5,000 jobs on ep, SIGKILLs the
 // leader's process mid-run, and checks that every job completed at least
 // once and none was lost. It also shows that a completion under the killed
 // leader's term is rejected by the real Fenced lease's fence.
@@ -294,23 +298,30 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 	// granted the lease, then thaw it. It resumes believing it leads and
 	// tries to record its batch's outcomes under its old term: the fence
 	// must reject them.
-	waitFor(t, "200 job runs", time.Minute, all, func() bool { return count(`SELECT count(*) FROM runs`) >= 200 })
+	waitFor(t, fmt.Sprintf("%d job runs", freezeAfter), time.Minute, all, func() bool { return count(`SELECT count(*) FROM runs`) >= freezeAfter })
 	var frozenTerm lease.Term
 	var frozenBatch []int64
+	var supersededAt time.Time // when a newer term was granted, on the server's clock
 	for try := 1; frozenBatch == nil; try++ {
 		require.LessOrEqual(t, try, 10, "could not freeze the leader with a batch in its handlers")
 		tm := midBatch()
 		c := children[tm.Holder]
 		require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
 		batch := inFlight(tm)
-		tookOver := len(batch) > 0 && eventually(5*time.Second, func() bool { return leaseTerm().Token > tm.Token })
+		tookOver := len(batch) > 0 && eventually(5*time.Second, func() bool {
+			var token int64
+			require.NoError(t, conn.QueryRow(ctx, `SELECT token, granted_at FROM doublerun_leases WHERE name = $1`, failoverLease).
+				Scan(&token, &supersededAt))
+			return token > tm.Token
+		})
 		require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
 		if tookOver {
 			frozenTerm, frozenBatch = tm, batch
 		}
-		// Otherwise it froze between batches, or inside its fenced
-		// completion, whose lock holds off a new grant until it commits
-		// (the fence doing its job): try again.
+		// Otherwise it froze between batches, or inside a fenced
+		// completion, whose lock holds off a new grant until the
+		// transaction ends (the fence doing its job; the server ends it
+		// after completeStall): try again.
 	}
 	frozen := children[frozenTerm.Holder]
 	waitFor(t, "the thawed leader's outcomes rejected as stale", time.Minute, all, func() bool {
@@ -319,7 +330,7 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 
 	// Fault 2, SIGKILL: kill the leader mid-batch, so that its claimed jobs
 	// can only be finished through the visibility timeout.
-	waitFor(t, "500 job runs", time.Minute, all, func() bool { return count(`SELECT count(*) FROM runs`) >= 500 })
+	waitFor(t, fmt.Sprintf("%d job runs", killAfter), time.Minute, all, func() bool { return count(`SELECT count(*) FROM runs`) >= killAfter })
 	killed := midBatch()
 	victim := children[killed.Holder]
 	require.NotNil(t, victim, "the lease holder %q is one of the workers", killed.Holder)
@@ -351,8 +362,15 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 	require.Zero(t, count(`SELECT count(*) FROM doublerun_jobs WHERE finalized_token IS NULL OR finalized_token <= 0`))
 	require.Positive(t, count(`SELECT count(*) FROM runs WHERE holder <> $1 AND token > $2`, killed.Holder, killed.Token),
 		"another worker took over under a newer term")
-	require.Zero(t, count(`SELECT count(*) FROM doublerun_jobs WHERE id = ANY($1) AND finalized_token <= $2`, frozenBatch, frozenTerm.Token),
-		"none of the frozen leader's %d jobs was completed under its stale term", len(frozenBatch))
+	// A completion under the frozen term lands only before the newer grant,
+	// which its fence's lock holds off until it commits; one begun after the
+	// grant (after the thaw) must have been rejected. Jobs of the frozen
+	// batch may have been completed before the grant: their COMMIT was on
+	// its way when the process stopped.
+	require.Zero(t, count(`SELECT count(*) FROM doublerun_jobs WHERE id = ANY($1) AND finalized_token <= $2 AND finalized_at >= $3`,
+		frozenBatch, frozenTerm.Token, supersededAt),
+		"none of the frozen leader's %d jobs was completed under its stale term after a newer term was granted", len(frozenBatch))
+	landedBefore := count(`SELECT count(*) FROM doublerun_jobs WHERE id = ANY($1) AND finalized_token <= $2`, frozenBatch, frozenTerm.Token)
 	totalRuns := count(`SELECT count(*) FROM runs`)
 	duplicates := totalRuns - count(`SELECT count(DISTINCT job_id) FROM runs`)
 	reclaimed := count(`SELECT count(*) FROM doublerun_jobs WHERE attempt > 1`)
@@ -390,8 +408,8 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 		stats = append(stats, fmt.Sprintf("%s: claimed %d completed %d stale-rejected %d lost-claims %d faults %d",
 			c.holder, st.JobsClaimed, st.JobsCompleted, st.StaleRejected, st.LostClaims, st.Faults))
 	}
-	t.Logf("%s: froze leader %s (token %d) with %d jobs in its handlers until a newer term was granted; its outcomes were rejected as stale",
-		ep.Name, frozenTerm.Holder, frozenTerm.Token, len(frozenBatch))
+	t.Logf("%s: froze leader %s (token %d) with %d jobs in flight until a newer term was granted; its outcomes were rejected as stale (%d had committed before the grant)",
+		ep.Name, frozenTerm.Holder, frozenTerm.Token, len(frozenBatch), landedBefore)
 	t.Logf("%s: %d jobs in %s; killed leader %s (token %d) after %d runs with %d jobs claimed; new term's first run %s later",
 		ep.Name, failoverJobs, elapsed.Round(time.Millisecond), killed.Holder, killed.Token, runsAtKill, orphaned, takeover.Round(time.Millisecond))
 	t.Logf("%s: %d runs, %d duplicates (jobs run more than once), %d jobs claimed again; survivors' completions rejected as stale %d, lost claims %d",

@@ -4,16 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/lease"
@@ -21,104 +16,6 @@ import (
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 	"github.com/doublerun/doublerun/worker/internal/testsignal"
 )
-
-// endpoints runs fn once directly against Postgres and once through the
-// stack's transaction-pooling PgBouncer (pool size 1), each with a
-// database of its own.
-func endpoints(t *testing.T, fn func(t *testing.T, db stacktest.DB, ep stack.Endpoint)) {
-	t.Helper()
-	t.Run("Direct", func(t *testing.T) {
-		t.Parallel()
-		db := stacktest.NewDB(t)
-		fn(t, db, db.Postgres)
-	})
-	t.Run("ThroughTransactionPooling", func(t *testing.T) {
-		t.Parallel()
-		db := stacktest.NewDB(t)
-		fn(t, db, db.Transaction)
-	})
-}
-
-type jobsBundle struct {
-	db     stacktest.DB
-	ep     stack.Endpoint
-	conn   *pgx.Conn // direct, for setup and assertions
-	lease  *fencingLease
-	worker *Worker
-}
-
-// jobsSetup migrates the jobs table and builds a worker on ep with config
-// (Lease and DSN filled in unless set).
-func jobsSetup(t *testing.T, db stacktest.DB, ep stack.Endpoint, config Config) *jobsBundle {
-	t.Helper()
-	b := &jobsBundle{db: db, ep: ep, conn: stacktest.Connect(t, db.Postgres), lease: newFencingLease()}
-	require.NoError(t, Migrate(context.Background(), b.conn, ""))
-	if config.Lease == nil {
-		config.Lease = b.lease
-	}
-	if config.DSN == "" && config.Pool == nil {
-		config.DSN = ep.DSN
-	}
-	config.PollInterval = cmpDuration(config.PollInterval, 5*time.Millisecond)
-	config.BackoffInitial = cmpDuration(config.BackoffInitial, 5*time.Millisecond)
-	config.BackoffMax = cmpDuration(config.BackoffMax, 50*time.Millisecond)
-	b.worker = newWorker(t, config)
-	return b
-}
-
-func cmpDuration(a, b time.Duration) time.Duration {
-	if a != 0 {
-		return a
-	}
-	return b
-}
-
-func (b *jobsBundle) enqueue(t *testing.T, n int, kind string) []int64 {
-	t.Helper()
-	jobs := make([]NewJob, n)
-	for i := range jobs {
-		jobs[i] = NewJob{Kind: kind, Args: map[string]int{"n": i}}
-	}
-	ids, err := Enqueue(context.Background(), b.conn, "", jobs...)
-	require.NoError(t, err)
-	require.Len(t, ids, n)
-	return ids
-}
-
-type jobRow struct {
-	State          string
-	Attempt        int
-	LastError      *string
-	FinalizedToken *int64
-	ClaimedToken   *int64
-	Visibility     *time.Duration // run_at - claimed_at
-}
-
-func (b *jobsBundle) job(t *testing.T, id int64) jobRow {
-	t.Helper()
-	var r jobRow
-	require.NoError(t, b.conn.QueryRow(context.Background(),
-		`SELECT state, attempt, last_error, finalized_token, claimed_token, run_at - claimed_at FROM doublerun_jobs WHERE id = $1`, id).
-		Scan(&r.State, &r.Attempt, &r.LastError, &r.FinalizedToken, &r.ClaimedToken, &r.Visibility))
-	return r
-}
-
-func (b *jobsBundle) states(t *testing.T) map[string]int {
-	t.Helper()
-	rows, err := b.conn.Query(context.Background(), `SELECT state, count(*) FROM doublerun_jobs GROUP BY state`)
-	require.NoError(t, err)
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		require.NoError(t, rows.Scan(&s, &n))
-		out[s] = n
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
-
-var noop = HandlerFunc(func(context.Context, *Job) error { return nil })
 
 func TestJobs(t *testing.T) {
 	t.Parallel()
@@ -321,6 +218,30 @@ func TestJobs(t *testing.T) {
 		})
 	})
 
+	// The same for a failure: a late one must not put back a job that a
+	// newer claim owns.
+	t.Run("LateFailureOfAReclaimedJobIsNotRecorded", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": noop}})
+			id, first := b.claimOne(t)
+			ctx := context.Background()
+			_, err := b.conn.Exec(ctx, `UPDATE doublerun_jobs SET run_at = now() - interval '1 ms' WHERE id = $1`, id)
+			require.NoError(t, err)
+			second, err := b.worker.claim(ctx, leaderTerm, 1)
+			require.NoError(t, err)
+			require.Len(t, second, 1)
+
+			require.NoError(t, b.worker.complete(ctx, leaderTerm, first, []error{errors.New("too late")}))
+			require.Equal(t, int64(1), b.worker.Stats().LostClaims)
+			require.Zero(t, b.worker.Stats().JobsRetried)
+			row := b.job(t, id)
+			require.Equal(t, StateRunning, row.State, "the newer claim owns the job")
+			require.Equal(t, 2, row.Attempt)
+			require.Nil(t, row.LastError)
+		})
+	})
+
 	t.Run("FailingJobIsRetriedThenDiscardedAfterMaxAttempts", func(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
@@ -366,10 +287,8 @@ func TestJobs(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": noop}})
-			id := b.enqueue(t, 1, "k")[0]
+			id, jobs := b.claimOne(t)
 			ctx := context.Background()
-			jobs, err := b.worker.claim(ctx, leaderTerm, 1)
-			require.NoError(t, err)
 			require.NoError(t, b.worker.complete(ctx, leaderTerm, jobs, []error{errors.New("later")}))
 			// Due again no sooner than the delay after the claim (and the
 			// failure came later still).
@@ -525,180 +444,4 @@ func TestJobs(t *testing.T) {
 			require.Equal(t, int64(1), b.worker.Stats().JobsRetried)
 		})
 	})
-}
-
-// deadlineLease is a fencing stub that also reports a trust deadline, as
-// lease.Fenced does: trust after each TryAcquire.
-type deadlineLease struct {
-	*fencingLease
-	trust    time.Duration
-	deadline atomic.Value
-}
-
-func (l *deadlineLease) TryAcquire(ctx context.Context) (lease.Result, error) {
-	l.deadline.Store(time.Now().Add(l.trust))
-	return l.fencingLease.TryAcquire(ctx)
-}
-
-func (l *deadlineLease) Deadline() time.Time { return l.deadline.Load().(time.Time) }
-
-func TestEnqueue(t *testing.T) {
-	t.Parallel()
-
-	t.Run("InsideATransactionOnlyOnCommit", func(t *testing.T) {
-		t.Parallel()
-		db := stacktest.NewDB(t)
-		conn := stacktest.Connect(t, db.Postgres)
-		ctx := context.Background()
-		require.NoError(t, Migrate(ctx, conn, "app_jobs"))
-		require.NoError(t, Migrate(ctx, conn, "app_jobs"), "Migrate is idempotent")
-
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		_, err = Enqueue(ctx, tx, "app_jobs", NewJob{Kind: "a"})
-		require.NoError(t, err)
-		require.NoError(t, tx.Rollback(ctx))
-
-		tx, err = conn.Begin(ctx)
-		require.NoError(t, err)
-		ids, err := Enqueue(ctx, tx, "app_jobs", NewJob{Kind: "b", Args: json.RawMessage(`{"x":1}`), MaxAttempts: 2})
-		require.NoError(t, err)
-		require.NoError(t, tx.Commit(ctx))
-
-		var kind, args string
-		var maxAttempts int
-		require.NoError(t, conn.QueryRow(ctx, `SELECT kind, args::text, max_attempts FROM app_jobs`).Scan(&kind, &args, &maxAttempts))
-		require.Equal(t, "b", kind)
-		require.Equal(t, `{"x": 1}`, args)
-		require.Equal(t, 2, maxAttempts)
-		require.Len(t, ids, 1)
-	})
-
-	t.Run("ReturnsIDsInOrderAndFillsDefaults", func(t *testing.T) {
-		t.Parallel()
-		conn := migratedConn(t)
-		ctx := context.Background()
-		jobs := make([]NewJob, 50)
-		for i := range jobs {
-			jobs[i] = NewJob{Kind: fmt.Sprintf("k%02d", i)}
-		}
-		ids, err := Enqueue(ctx, conn, "", jobs...)
-		require.NoError(t, err)
-		for i, id := range ids {
-			var kind, args string
-			var maxAttempts int
-			require.NoError(t, conn.QueryRow(ctx, `SELECT kind, args::text, max_attempts FROM doublerun_jobs WHERE id = $1`, id).Scan(&kind, &args, &maxAttempts))
-			require.Equal(t, jobs[i].Kind, kind)
-			require.Equal(t, "{}", args)
-			require.Equal(t, DefaultMaxAttempts, maxAttempts)
-		}
-	})
-
-	t.Run("CapsMaxAttemptsAtTheColumnsRange", func(t *testing.T) {
-		t.Parallel()
-		conn := migratedConn(t)
-		ctx := context.Background()
-		ids, err := Enqueue(ctx, conn, "", NewJob{Kind: "k", MaxAttempts: math.MaxInt})
-		require.NoError(t, err)
-		var maxAttempts int64
-		require.NoError(t, conn.QueryRow(ctx, `SELECT max_attempts FROM doublerun_jobs WHERE id = $1`, ids[0]).Scan(&maxAttempts))
-		require.Equal(t, int64(math.MaxInt32), maxAttempts, "retried as often as an integer column can count")
-	})
-
-	t.Run("RejectsBadJobs", func(t *testing.T) {
-		t.Parallel()
-		_, err := Enqueue(context.Background(), nil, "", NewJob{})
-		require.ErrorContains(t, err, "Kind is required")
-		_, err = Enqueue(context.Background(), nil, "", NewJob{Kind: "k", MaxAttempts: -1})
-		require.ErrorContains(t, err, "MaxAttempts must be at least 1")
-		_, err = Enqueue(context.Background(), nil, "a.b.c", NewJob{Kind: "k"})
-		require.ErrorContains(t, err, "must be table or schema.table")
-		w := newWorker(t, Config{Lease: newStubLease(lease.Follower)})
-		_, err = w.Enqueue(context.Background(), NewJob{Kind: "k"})
-		require.ErrorContains(t, err, "set Config.DSN or Config.Pool")
-	})
-}
-
-func jobIDs(jobs []*Job) []int64 {
-	ids := make([]int64, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
-	return ids
-}
-
-// assertNoError reports err from a goroutine other than the test's.
-func assertNoError(t *testing.T, err error) bool {
-	if err != nil {
-		t.Errorf("unexpected error: %v", err)
-		return false
-	}
-	return true
-}
-
-func TestMigrate(t *testing.T) {
-	t.Parallel()
-
-	// The loser of a race a real server shows only when replicas migrate at
-	// the very same moment.
-	for _, tt := range []struct {
-		name    string
-		err     error
-		wantErr bool
-	}{
-		{"LostTheRaceOnTheCatalogIndex", &pgconn.PgError{Code: "23505"}, false},
-		{"LostTheRaceOnTheRelation", &pgconn.PgError{Code: "42P07"}, false},
-		{"LostTheRaceOnTheRowType", &pgconn.PgError{Code: "42710"}, false},
-		{"NotAllowed", &pgconn.PgError{Code: "42501"}, true},
-		{"ConnectionLost", io.ErrUnexpectedEOF, true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			err := Migrate(context.Background(), failingExec{err: tt.err}, "")
-			if tt.wantErr {
-				require.ErrorIs(t, err, tt.err)
-			} else {
-				require.NoError(t, err)
-			}
-		})
-	}
-
-	t.Run("ManyReplicasAtOnce", func(t *testing.T) {
-		t.Parallel()
-		db := stacktest.NewDB(t)
-		stacktest.MustExec(t, db.Postgres.DSN, `CREATE SCHEMA app`)
-		conns := make([]*pgx.Conn, 4)
-		for i := range conns {
-			conns[i] = stacktest.Connect(t, db.Transaction)
-		}
-		var wg sync.WaitGroup
-		for _, c := range conns {
-			wg.Go(func() { assertNoError(t, Migrate(context.Background(), c, "app.jobs")) })
-		}
-		wg.Wait()
-		_, err := Enqueue(context.Background(), conns[0], "app.jobs", NewJob{Kind: "k"})
-		require.NoError(t, err)
-		var indexes int
-		require.NoError(t, conns[0].QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_indexes WHERE schemaname = 'app' AND tablename = 'jobs' AND indexname = 'jobs_due'`).Scan(&indexes))
-		require.Equal(t, 1, indexes)
-	})
-}
-
-// migratedConn connects to a fresh database with the default jobs table.
-func migratedConn(t *testing.T) *pgx.Conn {
-	t.Helper()
-	conn := stacktest.Connect(t, stacktest.NewDB(t).Postgres)
-	require.NoError(t, Migrate(context.Background(), conn, ""))
-	return conn
-}
-
-// failingExec is a DB whose Exec fails with err; Migrate uses nothing else.
-type failingExec struct {
-	DB
-	err error
-}
-
-func (f failingExec) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, f.err
 }

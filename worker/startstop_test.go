@@ -158,6 +158,8 @@ func TestConfig(t *testing.T) {
 		require.Equal(t, 2.0, c.BackoffMultiplier)
 		require.Equal(t, 5*time.Minute, c.BackoffMax)
 		require.Equal(t, 10, c.BatchSize)
+		require.Equal(t, 20, c.MaxHandlers, "twice the batch: one runs while the next is claimed")
+		require.Equal(t, 24*time.Hour, c.Retention)
 		require.Equal(t, 5*time.Minute, c.VisibilityTimeout)
 		require.Equal(t, 25, c.MaxAttempts)
 		require.Equal(t, http.StatusOK, c.DegradedStatusCode)
@@ -184,6 +186,9 @@ func TestConfig(t *testing.T) {
 			"SmallestBatch":         {Lease: l, BatchSize: 1},
 			"LargestBatch":          {Lease: l, BatchSize: maxBatchSize},
 			"OneAttempt":            {Lease: l, MaxAttempts: 1},
+			"HandlersEqualToBatch":  {Lease: l, BatchSize: 7, MaxHandlers: 7},
+			"MostHandlers":          {Lease: l, MaxHandlers: maxHandlers},
+			"KeepForever":           {Lease: l, Retention: -1},
 			"LowestDegradedStatus":  {Lease: l, DegradedStatusCode: 200},
 			"HighestDegradedStatus": {Lease: l, DegradedStatusCode: 599},
 		} {
@@ -201,20 +206,22 @@ func TestConfig(t *testing.T) {
 			config Config
 			want   string
 		}{
-			"NoLease":              {Config{}, "Lease is required"},
-			"HandlersWithoutDB":    {Config{Lease: l, Handlers: map[string]Handler{"k": noop}}, "Handlers need the jobs table"},
-			"DSNAndPool":           {Config{Lease: l, DSN: "postgres://x", Pool: new(pgxpool.Pool)}, "set DSN or Pool, not both"},
-			"EmptyKind":            {Config{Lease: l, DSN: "postgres://x", Handlers: map[string]Handler{"": noop}}, `kind must be non-empty`},
-			"DuplicateSweep":       {Config{Lease: l, Sweeps: []Sweep{SweepFunc("a", nil), SweepFunc("a", nil)}}, `name "a" is empty or used twice`},
-			"NegativeInterval":     {Config{Lease: l, PollInterval: -time.Second}, "PollInterval must be positive"},
-			"CapBelowInitial":      {Config{Lease: l, BackoffInitial: time.Minute, BackoffMax: time.Second}, "BackoffMax (1s) must be at least BackoffInitial (1m0s)"},
-			"ShrinkingBackoff":     {Config{Lease: l, BackoffMultiplier: 0.5}, "BackoffMultiplier must be at least 1"},
-			"HugeBatch":            {Config{Lease: l, BatchSize: 1_000_000}, "BatchSize must be between 1 and 10000"},
-			"BadStatusCode":        {Config{Lease: l, DegradedStatusCode: 42}, "DegradedStatusCode must be an HTTP status"},
-			"StatusCodeTooHigh":    {Config{Lease: l, DegradedStatusCode: 600}, "DegradedStatusCode must be an HTTP status"},
-			"BatchOneTooLarge":     {Config{Lease: l, BatchSize: maxBatchSize + 1}, "BatchSize must be between 1 and 10000"},
-			"ThreePartTable":       {Config{Lease: l, Table: "a.b.c"}, "must be table or schema.table"},
-			"ZeroMaxAttemptsAfter": {Config{Lease: l, MaxAttempts: -3}, "MaxAttempts must be at least 1"},
+			"NoLease":               {Config{}, "Lease is required"},
+			"HandlersWithoutDB":     {Config{Lease: l, Handlers: map[string]Handler{"k": noop}}, "Handlers need the jobs table"},
+			"DSNAndPool":            {Config{Lease: l, DSN: "postgres://x", Pool: new(pgxpool.Pool)}, "set DSN or Pool, not both"},
+			"EmptyKind":             {Config{Lease: l, DSN: "postgres://x", Handlers: map[string]Handler{"": noop}}, `kind must be non-empty`},
+			"DuplicateSweep":        {Config{Lease: l, Sweeps: []Sweep{SweepFunc("a", nil), SweepFunc("a", nil)}}, `name "a" is empty or used twice`},
+			"NegativeInterval":      {Config{Lease: l, PollInterval: -time.Second}, "PollInterval must be positive"},
+			"CapBelowInitial":       {Config{Lease: l, BackoffInitial: time.Minute, BackoffMax: time.Second}, "BackoffMax (1s) must be at least BackoffInitial (1m0s)"},
+			"ShrinkingBackoff":      {Config{Lease: l, BackoffMultiplier: 0.5}, "BackoffMultiplier must be at least 1"},
+			"HugeBatch":             {Config{Lease: l, BatchSize: 1_000_000}, "BatchSize must be between 1 and 10000"},
+			"BadStatusCode":         {Config{Lease: l, DegradedStatusCode: 42}, "DegradedStatusCode must be an HTTP status"},
+			"StatusCodeTooHigh":     {Config{Lease: l, DegradedStatusCode: 600}, "DegradedStatusCode must be an HTTP status"},
+			"BatchOneTooLarge":      {Config{Lease: l, BatchSize: maxBatchSize + 1}, "BatchSize must be between 1 and 10000"},
+			"ThreePartTable":        {Config{Lease: l, Table: "a.b.c"}, "must be table or schema.table"},
+			"ZeroMaxAttemptsAfter":  {Config{Lease: l, MaxAttempts: -3}, "MaxAttempts must be at least 1"},
+			"FewerHandlersThanJobs": {Config{Lease: l, BatchSize: 10, MaxHandlers: 9}, "MaxHandlers must be between BatchSize (10) and 100000, got 9"},
+			"TooManyHandlers":       {Config{Lease: l, MaxHandlers: maxHandlers + 1}, "MaxHandlers must be between BatchSize (10) and 100000"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				_, err := New(tc.config)

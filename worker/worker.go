@@ -1,15 +1,11 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,225 +17,38 @@ import (
 	"github.com/doublerun/doublerun/worker/internal/testsignal"
 )
 
-// Defaults taken by a zero Config field. The loop values are the original
-// worker's.
-const (
-	DefaultPollInterval      = 30 * time.Second
-	DefaultBackoffInitial    = 5 * time.Second
-	DefaultBackoffMultiplier = 2.0
-	DefaultBackoffMax        = 5 * time.Minute
-	DefaultLeaseTimeout      = 30 * time.Second
-	DefaultBatchSize         = 10
-	DefaultVisibilityTimeout = 5 * time.Minute
-	DefaultMaxAttempts       = 25
-	DefaultTable             = "doublerun_jobs"
-)
-
-// maxBatchSize bounds BatchSize: every claimed job runs in a goroutine of
-// its own, and a batch is completed in one statement.
-const maxBatchSize = 10_000
-
-// completeTimeout bounds the transaction that records a batch's outcomes.
-// It runs without the loop's cancellation so that Stop does not throw away
-// work that has already been done.
-const completeTimeout = 10 * time.Second
-
-// Config configures a Worker. Every zero field takes the default named in
-// its comment; New validates the result.
-type Config struct {
-	// Lease gates the worker: only while it reports Leader does the worker
-	// claim jobs and run sweeps. Required. The worker never releases or
-	// closes it; the caller owns it.
-	Lease lease.Lease
-
-	// DSN is the database holding the jobs table. The worker opens a pool
-	// on it with QueryExecModeExec, which is safe through every PgBouncer
-	// version and pool mode, unless the DSN itself sets
-	// default_query_exec_mode (for example to the mode pgbouncer.ExecMode
-	// picks for a direct or PgBouncer 1.21+ endpoint). Leave DSN and Pool
-	// empty for a worker that runs sweeps only.
-	DSN string
-	// Pool, if set, is used instead of DSN, and its query exec mode is the
-	// caller's responsibility. The worker does not close it.
-	Pool *pgxpool.Pool
-	// Table is the jobs table, optionally schema-qualified ("jobs" or
-	// "app.jobs"); default DefaultTable. Create it with Migrate.
-	Table string
-	// Handlers maps a job kind to the handler that runs it. The worker
-	// claims only jobs of these kinds. Needs DSN or Pool.
-	Handlers map[string]Handler
-	// Sweeps run in this order on every leader cycle, after the jobs.
-	Sweeps []Sweep
-
-	// ID names this replica in the claimed_by column; default
-	// "hostname-pid".
-	ID string
-	// PollInterval is the wait between two successful cycles; default 30 s.
-	// Milliseconds are fine for tests and scenarios.
-	PollInterval time.Duration
-	// BackoffInitial is the wait after the first faulted cycle (a faulted
-	// lease or a failed poll); default 5 s. Each further consecutive failure
-	// multiplies it by BackoffMultiplier (default 2), up to BackoffMax
-	// (default 5 min). A successful cycle resets it.
-	BackoffInitial    time.Duration
-	BackoffMultiplier float64
-	BackoffMax        time.Duration
-	// LeaseTimeout bounds one TryAcquire call; default 30 s. A lease that
-	// exceeds it counts as Faulted for that cycle.
-	LeaseTimeout time.Duration
-
-	// BatchSize is the most jobs one leader cycle claims; default 10.
-	BatchSize int
-	// VisibilityTimeout is how long a claimed job stays invisible to other
-	// claims; default 5 min. When it passes without a recorded outcome (the
-	// leader died, froze or lost its connection) the job is claimed again.
-	// It is also the deadline of the handler's context, so set it above the
-	// longest a handler may run.
-	VisibilityTimeout time.Duration
-	// MaxAttempts is the default for jobs enqueued through Worker.Enqueue;
-	// default 25.
-	MaxAttempts int
-	// RetryDelay returns how long a job waits after failed attempt number
-	// attempt (1-based) before it is due again; default DefaultRetryDelay.
-	RetryDelay func(attempt int) time.Duration
-
-	// DegradedStatusCode is the HTTP status the health handler answers when
-	// degraded; default 200, as the original did, so that a probe reads the
-	// JSON rather than the code. Set 503 for probes that read the code.
-	DegradedStatusCode int
-
-	// Logger receives what the worker has to say; default discards.
-	Logger *slog.Logger
-}
-
-// DefaultRetryDelay waits 1 s after the first failed attempt and doubles
-// with every further one, capped at one hour.
-func DefaultRetryDelay(attempt int) time.Duration {
-	d := time.Second
-	for i := 1; i < attempt && d < time.Hour; i++ {
-		d *= 2
-	}
-	return min(d, time.Hour)
-}
-
-func (c Config) withDefaults() Config {
-	c.Table = cmp.Or(c.Table, DefaultTable)
-	c.ID = cmp.Or(c.ID, defaultID())
-	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
-	c.BackoffInitial = cmp.Or(c.BackoffInitial, DefaultBackoffInitial)
-	c.BackoffMultiplier = cmp.Or(c.BackoffMultiplier, DefaultBackoffMultiplier)
-	c.BackoffMax = cmp.Or(c.BackoffMax, DefaultBackoffMax)
-	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, DefaultLeaseTimeout)
-	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
-	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
-	if c.RetryDelay == nil {
-		c.RetryDelay = DefaultRetryDelay
-	}
-	c.DegradedStatusCode = cmp.Or(c.DegradedStatusCode, 200)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c
-}
-
-func defaultID() string {
-	host, err := os.Hostname()
-	if err != nil {
-		host = "worker"
-	}
-	return host + "-" + strconv.Itoa(os.Getpid())
-}
-
-func (c Config) validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Lease == nil {
-		bad("Lease is required; pass a lease.Lease such as lease.NewFenced")
-	}
-	if c.DSN != "" && c.Pool != nil {
-		bad("set DSN or Pool, not both")
-	}
-	if len(c.Handlers) > 0 && c.DSN == "" && c.Pool == nil {
-		bad("Handlers need the jobs table; set DSN or Pool")
-	}
-	for kind, h := range c.Handlers {
-		if kind == "" || h == nil {
-			bad("handler for kind %q: kind must be non-empty and handler non-nil", kind)
-		}
-	}
-	names := map[string]bool{}
-	for i, s := range c.Sweeps {
-		switch {
-		case s == nil:
-			bad("Sweeps[%d] is nil", i)
-		case s.Name() == "" || names[s.Name()]:
-			bad("Sweeps[%d]: name %q is empty or used twice", i, s.Name())
-		default:
-			names[s.Name()] = true
-		}
-	}
-	if _, _, err := parseTable(c.Table); err != nil {
-		errs = append(errs, err)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"PollInterval", c.PollInterval}, {"BackoffInitial", c.BackoffInitial}, {"BackoffMax", c.BackoffMax},
-		{"LeaseTimeout", c.LeaseTimeout}, {"VisibilityTimeout", c.VisibilityTimeout},
-	} {
-		if d.v <= 0 {
-			bad("%s must be positive, got %s", d.name, d.v)
-		}
-	}
-	if c.BackoffMax < c.BackoffInitial {
-		bad("BackoffMax (%s) must be at least BackoffInitial (%s)", c.BackoffMax, c.BackoffInitial)
-	}
-	if c.BackoffMultiplier < 1 {
-		bad("BackoffMultiplier must be at least 1, got %g", c.BackoffMultiplier)
-	}
-	if c.BatchSize < 1 || c.BatchSize > maxBatchSize {
-		bad("BatchSize must be between 1 and %d, got %d", maxBatchSize, c.BatchSize)
-	}
-	if c.MaxAttempts < 1 {
-		bad("MaxAttempts must be at least 1, got %d", c.MaxAttempts)
-	}
-	if c.DegradedStatusCode < 200 || c.DegradedStatusCode > 599 {
-		bad("DegradedStatusCode must be an HTTP status between 200 and 599, got %d", c.DegradedStatusCode)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("worker config: %w", err)
-	}
-	return nil
-}
-
 // pool is what the worker needs from a connection pool. *pgxpool.Pool
-// implements it; tests substitute pgxmock for failures a server cannot be
-// made to produce.
+// implements it; tests wrap one to break or stall a transaction at COMMIT,
+// failures a real server cannot be asked for (see commit_test.go). pgxmock, which would script such failures, has no
+// release that builds against pgx v5.11 or later.
 type pool interface {
 	DB
-	Begin(ctx context.Context) (pgx.Tx, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 // Worker runs leader-only work behind a lease: durable jobs and sweeps. Its
 // methods are safe for concurrent use. See the package documentation.
 type Worker struct {
-	config   Config
-	table    string // sanitised
-	kinds    []string
-	db       pool // nil when jobs are disabled
-	ownPool  *pgxpool.Pool
-	fencer   lease.Fencer // nil when the lease cannot fence
-	now      func() time.Time
-	stats    counters
-	health   healthState
-	signals  testSignals
-	startMu  sync.Mutex
-	cancel   context.CancelFunc
-	done     chan struct{}
-	isClosed bool
-	loops    atomic.Int32 // loop goroutines running; never more than 1
+	config  Config
+	table   string // sanitised
+	kinds   []string
+	db      pool // nil when jobs are disabled
+	ownPool *pgxpool.Pool
+	fencer  lease.Fencer // nil when the lease cannot fence
+	sweeps  []Sweep      // Config.Sweeps
+	keep    *retention   // nil when jobs are disabled or kept forever
+	pipe    *pipeline    // the jobs in flight; only the loop touches it
+	// rescanEvery is rescanEvery; tests shorten it.
+	rescanEvery time.Duration
+	now         func() time.Time
+	stats       counters
+	health      healthState
+	signals     testSignals
+	startMu     sync.Mutex
+	cancel      context.CancelFunc
+	done        chan struct{}
+	isClosed    bool
+	loops       atomic.Int32 // loop goroutines running; never more than 1
 }
 
 // testSignals let tests wait for events. They cost a nil check each in
@@ -262,7 +71,10 @@ type cycleReport struct {
 	Polled  bool
 	Stamped bool
 	OK      bool
-	Err     error
+	// Again says the next cycle starts at once: the leader's last claim
+	// came back full, or a lease that waits in Acquire answered Follower.
+	Again bool
+	Err   error
 	// Wait is how long the loop waits before the next cycle.
 	Wait time.Duration
 	// Failures counts consecutive failed cycles, this one included.
@@ -286,14 +98,16 @@ func New(config Config) (*Worker, error) {
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	table, _, _ := parseTable(config.Table)
+	names, _ := parseTable(config.Table)
 	w := &Worker{
-		config: config,
-		table:  table,
-		now:    time.Now,
-		kinds:  slices.Sorted(maps.Keys(config.Handlers)),
+		config:      config,
+		table:       names.table,
+		rescanEvery: rescanEvery,
+		now:         time.Now,
+		kinds:       slices.Sorted(maps.Keys(config.Handlers)),
 	}
 	w.fencer, _ = config.Lease.(lease.Fencer)
+	w.sweeps = config.Sweeps
 	switch {
 	case config.Pool != nil:
 		w.db = config.Pool
@@ -303,6 +117,9 @@ func New(config Config) (*Worker, error) {
 			return nil, err
 		}
 		w.db, w.ownPool = p, p
+	}
+	if w.db != nil && len(w.kinds) > 0 && config.Retention > 0 {
+		w.keep = &retention{window: config.Retention, every: retentionInterval}
 	}
 	return w, nil
 }
@@ -375,9 +192,17 @@ func (w *Worker) Close() {
 	w.isClosed = true
 }
 
-// loop runs cycles until ctx ends. A successful cycle waits PollInterval; a
-// failed one waits the back-off for its count of consecutive failures.
+// loop runs cycles until ctx ends. A successful cycle waits PollInterval,
+// or nothing when it asks to go again at once; a failed one waits the
+// back-off for its count of consecutive failures. Jobs still in flight
+// when it ends have their outcomes recorded before it returns.
 func (w *Worker) loop(ctx context.Context) {
+	// Caught by TestPipeline/StopRecordsTheOutcomesOfJobsInFlight.
+	defer func() {
+		if err := w.endPipeline(false); err != nil {
+			w.config.Logger.Warn("worker: recording the outcomes of the jobs in flight at stop failed", "err", err)
+		}
+	}()
 	failures := 0
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -393,6 +218,9 @@ func (w *Worker) loop(ctx context.Context) {
 		if rep.OK {
 			failures = 0
 			rep.Wait = w.config.PollInterval
+			if rep.Again {
+				rep.Wait = 0
+			}
 		} else {
 			failures++
 			rep.Wait = backoff(w.config.BackoffInitial, w.config.BackoffMultiplier, w.config.BackoffMax, failures)
@@ -428,14 +256,26 @@ func backoff(initial time.Duration, multiplier float64, max time.Duration, failu
 // cycle asks the lease once and routes on its answer exactly as the
 // original worker did.
 func (w *Worker) cycle(ctx context.Context) cycleReport {
-	res := w.acquire(ctx)
+	res, waited := w.acquire(ctx)
 	rep := cycleReport{Status: res.Status, Err: res.Err}
 	w.health.role(res.Status)
+	// Jobs in flight were claimed under the term of an earlier cycle. An
+	// answer that is not Leader of that same term no longer covers them:
+	// their handlers are cancelled and their outcomes recorded under the
+	// old term, where the fence decides. Caught by
+	// TestPipeline/LeaseLostCancelsTheJobsInFlight; a new term getting a
+	// pipeline of its own by TestPipeline/NewTermStartsANewPipeline.
+	if w.pipe != nil && (res.Status != lease.Leader || res.Term != w.pipe.term) {
+		if err := w.endPipeline(true); err != nil {
+			w.config.Logger.Warn("worker: outcomes of the previous term's jobs not recorded", "err", err)
+		}
+	}
 	switch res.Status {
 	// Only a leader polls; caught by TestGate/LeaderPolls.
 	case lease.Leader:
 		rep.Polled = true
-		if err := w.poll(ctx, res.Term); err != nil {
+		more, err := w.poll(ctx, res.Term)
+		if err != nil {
 			// A failed poll leaves the heartbeat alone and backs off.
 			// Caught by TestJobs/FailedPollBacksOffWithoutStamp.
 			rep.Err = err
@@ -443,11 +283,19 @@ func (w *Worker) cycle(ctx context.Context) cycleReport {
 		}
 		w.stamp()
 		rep.Stamped, rep.OK = true, true
+		// More jobs are due: claim again at once. Caught by
+		// TestPipeline/FullBatchesAreClaimedWithoutWaiting.
+		rep.Again = more
 	// A follower is healthy: it stamps and does no work. Both caught by
 	// TestGate/FollowerStampsWithoutPolling.
 	case lease.Follower:
 		w.stamp()
 		rep.Stamped, rep.OK = true, true
+		// A lease that waited in Acquire has spent the wait already, and
+		// is asked again at once so that it is waiting when the lease
+		// comes free. Caught by
+		// TestGateAcquirer/TakesOverTheMomentTheLeaseIsFree.
+		rep.Again = waited
 	default:
 		// Faulted: no stamp, so a lasting fault degrades health instead of
 		// reading as a healthy follower. Routing a fault as a follower, or
@@ -458,8 +306,9 @@ func (w *Worker) cycle(ctx context.Context) cycleReport {
 }
 
 // acquire calls the lease, turning an error, a panic or an unknown status
-// into Faulted so that no lease can take the worker down.
-func (w *Worker) acquire(ctx context.Context) (res lease.Result) {
+// into Faulted so that no lease can take the worker down. waited says the
+// lease was asked through Acquire, which waits for leadership.
+func (w *Worker) acquire(ctx context.Context) (res lease.Result, waited bool) {
 	defer func() {
 		// Caught by TestGate/PanickingLeaseCountsAsFaulted.
 		if r := recover(); r != nil {
@@ -470,30 +319,39 @@ func (w *Worker) acquire(ctx context.Context) (res lease.Result) {
 	// Caught by TestGate/HangingLeaseTimesOutAsFaulted.
 	actx, cancel := context.WithTimeout(ctx, w.config.LeaseTimeout)
 	defer cancel()
-	res, err := w.config.Lease.TryAcquire(actx)
+	var err error
+	// A lease that can wait for leadership is asked to. Caught by
+	// TestGateAcquirer/FollowerWaitsInTheLease.
+	if a, ok := w.config.Lease.(lease.Acquirer); ok {
+		res, err = a.Acquire(actx)
+		waited = true
+	} else {
+		res, err = w.config.Lease.TryAcquire(actx)
+	}
 	if err != nil {
 		// Whatever the result says, a lease that errs is not trusted.
 		// Caught by TestGate/ErringLeaseCountsAsFaulted.
 		w.stats.leaseErrors.Add(1)
-		return lease.Result{Status: lease.Faulted, Err: fmt.Errorf("lease: %w", err)}
+		return lease.Result{Status: lease.Faulted, Err: fmt.Errorf("lease: %w", err)}, waited
 	}
 	switch res.Status {
 	case lease.Leader, lease.Follower:
-		return res
+		return res, waited
 	case lease.Faulted:
 		if res.Err == nil {
 			res.Err = errors.New("lease reported faulted")
 		}
-		return res
+		return res, waited
 	}
-	return lease.Result{Status: lease.Faulted, Err: fmt.Errorf("lease returned unknown status %s", res.Status)}
+	return lease.Result{Status: lease.Faulted, Err: fmt.Errorf("lease returned unknown status %s", res.Status)}, waited
 }
 
 // poll is the leader's work: claim and run due jobs, then the sweeps. Only
 // a failure to claim or record jobs fails the poll; each sweep isolates its
-// own failure.
-func (w *Worker) poll(ctx context.Context, term lease.Term) error {
+// own failure. more says the last claim came back full.
+func (w *Worker) poll(ctx context.Context, term lease.Term) (more bool, err error) {
 	w.stats.polls.Add(1)
+	loopCtx := ctx
 	ctx = withLeader(ctx, term, w.fencer)
 	// A lease that knows how long its Leader answer may be trusted (such as
 	// lease.Fenced) bounds the leader work: past that instant another
@@ -507,12 +365,18 @@ func (w *Worker) poll(ctx context.Context, term lease.Term) error {
 		}
 	}
 	if w.db != nil && len(w.kinds) > 0 {
-		if err := w.work(ctx, term); err != nil {
+		if more, err = w.work(loopCtx, ctx, term); err != nil {
 			w.stats.pollErrors.Add(1)
-			return err
+			return false, err
 		}
 	}
-	for _, s := range w.config.Sweeps {
+	sweeps := w.sweeps
+	// Finished jobs past their retention go. Caught by
+	// TestRetention/LeaderDeletesOldFinishedJobsOncePerInterval.
+	if w.keep != nil && w.keep.due(w.now()) {
+		sweeps = append(slices.Clip(sweeps), retentionSweep{w})
+	}
+	for _, s := range sweeps {
 		if err := w.sweep(ctx, s, term); err != nil {
 			// Isolated: the next sweep still runs and the poll still
 			// succeeds. Caught by TestSweeps/FailingSweepDoesNotStopTheNext.
@@ -520,7 +384,7 @@ func (w *Worker) poll(ctx context.Context, term lease.Term) error {
 			w.config.Logger.Warn("worker: sweep failed", "sweep", s.Name(), "err", err)
 		}
 	}
-	return nil
+	return more, nil
 }
 
 // deadliner is implemented by leases that know until when their last
@@ -533,60 +397,4 @@ type deadliner interface {
 func (w *Worker) stamp() {
 	w.stats.heartbeats.Add(1)
 	w.health.stamp(w.now())
-}
-
-// counters back Stats.
-type counters struct {
-	cycles, polls, heartbeats, faults, leaseErrors, pollErrors atomic.Int64
-	sweeps, sweepErrors                                        atomic.Int64
-	claimed, completed, retried, discarded, handlerErrors      atomic.Int64
-	staleRejected, lostClaims                                  atomic.Int64
-}
-
-// Stats are the worker's counters since New. They only grow.
-type Stats struct {
-	// Cycles is the number of finished loop cycles.
-	Cycles int64
-	// Polls counts leader cycles that started work.
-	Polls int64
-	// Heartbeats counts stamps (successful leader and follower cycles).
-	Heartbeats int64
-	// Faults counts cycles whose lease was Faulted, erred or panicked.
-	Faults int64
-	// LeaseErrors counts lease calls that returned an error or panicked.
-	LeaseErrors int64
-	// PollErrors counts polls that failed to claim or record jobs.
-	PollErrors int64
-	// Sweeps counts sweep runs; SweepErrors those that failed or panicked.
-	Sweeps      int64
-	SweepErrors int64
-	// JobsClaimed counts claims, a job claimed twice counting twice.
-	JobsClaimed int64
-	// JobsCompleted counts completions recorded in the table.
-	JobsCompleted int64
-	// JobsRetried counts failed attempts put back for a retry.
-	JobsRetried int64
-	// JobsDiscarded counts jobs given up after their last attempt.
-	JobsDiscarded int64
-	// HandlerErrors counts handler runs that returned an error or panicked.
-	HandlerErrors int64
-	// StaleRejected counts job outcomes the fence rejected because a newer
-	// term had been granted: stale completions that did not land.
-	StaleRejected int64
-	// LostClaims counts outcomes not recorded because the job had been
-	// claimed again after its visibility timeout.
-	LostClaims int64
-}
-
-// Stats returns the current counters.
-func (w *Worker) Stats() Stats {
-	c := &w.stats
-	return Stats{
-		Cycles: c.cycles.Load(), Polls: c.polls.Load(), Heartbeats: c.heartbeats.Load(),
-		Faults: c.faults.Load(), LeaseErrors: c.leaseErrors.Load(), PollErrors: c.pollErrors.Load(),
-		Sweeps: c.sweeps.Load(), SweepErrors: c.sweepErrors.Load(),
-		JobsClaimed: c.claimed.Load(), JobsCompleted: c.completed.Load(), JobsRetried: c.retried.Load(),
-		JobsDiscarded: c.discarded.Load(), HandlerErrors: c.handlerErrors.Load(),
-		StaleRejected: c.staleRejected.Load(), LostClaims: c.lostClaims.Load(),
-	}
 }

@@ -1,0 +1,225 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/worker/internal/testsignal"
+)
+
+// waitCompleted waits until w has completed n jobs, failing on the first
+// completion that errs or when testsignal.DefaultTimeout passes.
+func waitCompleted(t *testing.T, w *Worker, n int64) {
+	t.Helper()
+	timeout := time.NewTimer(testsignal.DefaultTimeout)
+	defer timeout.Stop()
+	for w.Stats().JobsCompleted < n {
+		select {
+		case rep := <-w.signals.completed.C():
+			require.NoError(t, rep.Err)
+		case <-timeout.C:
+			t.Fatalf("%d of %d jobs completed within %s", w.Stats().JobsCompleted, n, testsignal.DefaultTimeout)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends, as a handler that honours its
+// context does.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// grant makes the lease answer Leader of term, as a lease does that was
+// granted again under a newer term.
+func (l *stubLease) grant(term lease.Term) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.res, l.err, l.panics, l.hang = lease.Result{Status: lease.Leader, Term: term}, nil, nil, false
+}
+
+func TestPipeline(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NoMoreThanMaxHandlersRunAtOnce", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			var running, most atomic.Int64
+			h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				return sleepCtx(ctx, 30*time.Millisecond)
+			})
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": h}, BatchSize: 2, MaxHandlers: 3})
+			b.enqueue(t, 12, "k")
+			start(t, b.worker)
+			waitCompleted(t, b.worker, 12)
+			require.LessOrEqual(t, most.Load(), int64(3), "MaxHandlers bounds the handlers running at once")
+			require.GreaterOrEqual(t, most.Load(), int64(2))
+		})
+	})
+
+	t.Run("ClaimsOnlyForFreeHandlers", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			release := make(chan struct{})
+			started := make(chan struct{}, 3)
+			h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+				started <- struct{}{}
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": h},
+				BatchSize: 1, MaxHandlers: 1, PollInterval: 20 * time.Millisecond})
+			b.enqueue(t, 3, "k")
+			start(t, b.worker)
+			select {
+			case <-started:
+			case <-time.After(testsignal.DefaultTimeout):
+				t.Fatal("no job ran")
+			}
+			// The leader cycles on, its one handler busy.
+			for range 3 {
+				b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Again })
+			}
+			require.Equal(t, map[string]int{StateRunning: 1, StateAvailable: 2}, b.states(t),
+				"no job is claimed before a handler is free to run it")
+			close(release)
+			waitCompleted(t, b.worker, 3)
+		})
+	})
+
+	// A leader whose claims keep coming back full goes on claiming, and
+	// when it must ask the lease again it does so at once instead of
+	// waiting a poll interval (an hour here).
+	t.Run("FullBatchesAreClaimedWithoutWaiting", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			// The lease's answer holds a second, so the leader asks again
+			// every half second while it works: 100 jobs of 25 ms, four
+			// at a time, take longer.
+			dl := &deadlineLease{fencingLease: newFencingLease(), trust: time.Second}
+			h := HandlerFunc(func(ctx context.Context, _ *Job) error { return sleepCtx(ctx, 25*time.Millisecond) })
+			b := jobsSetup(t, db, ep, Config{Lease: dl, Handlers: map[string]Handler{"k": h},
+				BatchSize: 4, MaxHandlers: 4, PollInterval: time.Hour})
+			b.enqueue(t, 100, "k")
+			start(t, b.worker)
+			rep := b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Again })
+			require.Zero(t, rep.Wait, "a cycle that ended with a full claim is followed at once")
+			require.True(t, rep.Stamped)
+			waitCompleted(t, b.worker, 100)
+			require.Zero(t, b.worker.Stats().JobsRetried, "no job ran into its cycle's deadline")
+		})
+	})
+
+	// Jobs in flight when the lease stops answering Leader are leader work
+	// nobody covers any more: their handlers are cancelled at once rather
+	// than left to run to the old answer's deadline.
+	t.Run("LeaseLostCancelsTheJobsInFlight", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			dl := &deadlineLease{fencingLease: newFencingLease(), trust: 3 * time.Second}
+			var handlerErr atomic.Value
+			h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+				dl.set(lease.Follower) // another replica takes over while the job runs
+				<-ctx.Done()
+				handlerErr.Store(context.Cause(ctx))
+				return ctx.Err()
+			})
+			b := jobsSetup(t, db, ep, Config{Lease: dl, Handlers: map[string]Handler{"k": h},
+				BatchSize: 1, MaxHandlers: 1, PollInterval: 50 * time.Millisecond})
+			id := b.enqueue(t, 2, "k")[0] // two, so that the first claim comes back full
+			start(t, b.worker)
+			rep := b.worker.signals.completed.Wait()
+			require.NoError(t, rep.Err, "the cancelled attempt is recorded")
+			require.ErrorIs(t, handlerErr.Load().(error), context.Canceled, "cancelled when the lease answered Follower, not at its deadline")
+			require.Equal(t, StateAvailable, b.job(t, id).State, "to be retried")
+			require.Equal(t, int64(1), b.worker.Stats().JobsRetried)
+		})
+	})
+
+	// The lease granted again under a newer term: jobs claimed under the
+	// newer term are recorded under it, never under the old one, whose
+	// outcomes the fence rejects.
+	t.Run("NewTermStartsANewPipeline", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			dl := &deadlineLease{fencingLease: newFencingLease(), trust: 3 * time.Second}
+			newer := leaderTerm
+			newer.Token++
+			var first sync.Once
+			h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+				regranted := false
+				first.Do(func() {
+					dl.newest.Store(newer.Token)
+					dl.grant(newer)
+					regranted = true
+				})
+				if regranted {
+					<-ctx.Done() // runs on until the new term ends it
+					return ctx.Err()
+				}
+				return nil
+			})
+			b := jobsSetup(t, db, ep, Config{Lease: dl, Handlers: map[string]Handler{"k": h},
+				BatchSize: 1, MaxHandlers: 1, PollInterval: 50 * time.Millisecond})
+			ids := b.enqueue(t, 2, "k")
+			start(t, b.worker)
+			rep := b.worker.signals.completed.WaitUntil(func(r completeReport) bool { return r.Term == newer })
+			require.NoError(t, rep.Err)
+			require.Equal(t, 1, rep.Recorded)
+			row := b.job(t, ids[1])
+			require.Equal(t, StateCompleted, row.State)
+			require.Equal(t, newer.Token, *row.FinalizedToken, "recorded under the term it was claimed in")
+			require.Equal(t, StateRunning, b.job(t, ids[0]).State, "the old term's outcome was rejected")
+			require.Equal(t, int64(1), b.worker.Stats().StaleRejected)
+		})
+	})
+
+	// Stop ends jobs left in flight by a cycle whose claim came back full,
+	// and records their outcomes before it returns.
+	t.Run("StopRecordsTheOutcomesOfJobsInFlight", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			running := make(chan struct{}, 1)
+			h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+				running <- struct{}{}
+				<-ctx.Done()
+				time.Sleep(100 * time.Millisecond) // finishing up after Stop
+				return nil
+			})
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": h},
+				BatchSize: 1, MaxHandlers: 1, PollInterval: 20 * time.Millisecond})
+			ids := b.enqueue(t, 2, "k")
+			start(t, b.worker)
+			select {
+			case <-running:
+			case <-time.After(testsignal.DefaultTimeout):
+				t.Fatal("the job never ran")
+			}
+			b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Again })
+			b.worker.Stop()
+			require.Equal(t, StateCompleted, b.job(t, ids[0]).State)
+			require.Equal(t, StateAvailable, b.job(t, ids[1]).State, "never claimed: no handler was free")
+			require.Equal(t, int64(1), b.worker.Stats().JobsCompleted)
+		})
+	})
+}

@@ -1,0 +1,82 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+
+	// finish sets a job's state and when it finished (or was claimed).
+	finish := func(t *testing.T, b *jobsBundle, id int64, state string, ago time.Duration) {
+		t.Helper()
+		_, err := b.conn.Exec(context.Background(), `
+			UPDATE doublerun_jobs SET state = $2,
+				finalized_at = CASE WHEN $2 IN ('completed', 'discarded') THEN now() - $3::interval END,
+				claimed_at = now() - $3::interval, run_at = now() + interval '1 hour'
+			WHERE id = $1`, id, state, ago)
+		require.NoError(t, err)
+	}
+	remaining := func(t *testing.T, b *jobsBundle) []int64 {
+		t.Helper()
+		rows, err := b.conn.Query(context.Background(), `SELECT id FROM doublerun_jobs ORDER BY id`)
+		require.NoError(t, err)
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			require.NoError(t, rows.Scan(&id))
+			ids = append(ids, id)
+		}
+		require.NoError(t, rows.Err())
+		return ids
+	}
+
+	// setup enqueues n jobs for a worker that keeps finished jobs an hour,
+	// the first of them completed two hours ago.
+	setup := func(t *testing.T, n int) (*jobsBundle, []int64) {
+		db := stacktest.NewDB(t)
+		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}, Retention: time.Hour})
+		ids := b.enqueue(t, n, "k")
+		finish(t, b, ids[0], StateCompleted, 2*time.Hour)
+		return b, ids
+	}
+
+	t.Run("DeletesOnlyJobsFinishedBeforeTheWindow", func(t *testing.T) {
+		t.Parallel()
+		b, ids := setup(t, 5)
+		finish(t, b, ids[1], StateDiscarded, 2*time.Hour)
+		finish(t, b, ids[2], StateCompleted, 59*time.Minute)
+		finish(t, b, ids[3], StateRunning, 2*time.Hour) // claimed long ago, never finished
+		// ids[4] is available: enqueued now, and it would not matter.
+
+		require.NoError(t, retentionSweep{b.worker}.Sweep(context.Background(), leaderTerm))
+		require.Equal(t, ids[2:], remaining(t, b))
+		require.Equal(t, int64(2), b.worker.Stats().JobsDeleted)
+	})
+
+	t.Run("LeaderDeletesOldFinishedJobsOncePerInterval", func(t *testing.T) {
+		t.Parallel()
+		b, ids := setup(t, 2)
+		start(t, b.worker)
+		require.Equal(t, "doublerun-retention", b.worker.signals.swept.Wait())
+		waitCompleted(t, b.worker, 1)
+		require.Equal(t, ids[1:], remaining(t, b), "the old job is gone; the one completed now stays")
+		for range 3 {
+			b.worker.signals.cycled.Wait()
+		}
+		b.worker.signals.swept.RequireEmpty()
+	})
+
+	t.Run("NegativeRetentionKeepsEverything", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}, Retention: -1})
+		require.Nil(t, b.worker.keep)
+	})
+}
