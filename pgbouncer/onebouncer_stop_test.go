@@ -47,9 +47,12 @@ func TestOneBouncerLockAtStopAndReconnect(t *testing.T) {
 		t.Parallel()
 		b := setupOneBouncer(t, 1, func(c *pgbouncer.Config) { c.ServerResetQuery = "SELECT 1" })
 		// Without DISCARD ALL the next client would also inherit pgx's
-		// cached statements (42P05). The endpoint's pool mode picks the
-		// query mode; transaction picks one that prepares nothing.
-		b.lease.PoolMode = pgbouncer.PoolTransaction
+		// cached statements (42P05): session pooling passes named
+		// statements through even where max_prepared_statements is on
+		// (1.21+). The endpoint's pool mode and prepared-statement limit
+		// pick the query mode; transaction pooling with no limit picks one
+		// that prepares nothing, on every version.
+		b.lease.PoolMode, b.lease.MaxPreparedStatements = pgbouncer.PoolTransaction, 0
 		leader, backend := acquire(t, b.lease)
 
 		b.closeAndKeep(t, leader, backend)
