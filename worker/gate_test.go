@@ -47,7 +47,7 @@ func (b *gateBundle) next() cycleReport {
 }
 
 func TestGate(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	t.Run("FollowerStampsWithoutPolling", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -186,7 +186,7 @@ func TestGate(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	t.Run("GrowsAndStopsAtItsCap", func(t *testing.T) {
 		t.Parallel()
@@ -238,7 +238,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	get := func(t *testing.T, w *Worker) (int, Health) {
 		t.Helper()
@@ -329,7 +329,7 @@ func TestHealth(t *testing.T) {
 }
 
 func TestSweeps(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	type bundle struct {
 		lease  *stubLease
@@ -350,22 +350,6 @@ func TestSweeps(t *testing.T) {
 		return b
 	}
 	ok := func(context.Context, lease.Term) error { return nil }
-
-	// A worker with a database but no handlers runs its sweeps and leaves
-	// the jobs table alone: it need not even exist.
-	t.Run("WithoutHandlersNeedNoJobsTable", func(t *testing.T) {
-		t.Parallel()
-		db := stacktest.NewDB(t)
-		w := newWorker(t, Config{Lease: newStubLease(lease.Leader), DSN: db.Postgres.DSN, PollInterval: time.Millisecond,
-			Sweeps: []Sweep{SweepFunc("s", ok)}})
-		start(t, w)
-		for range 3 {
-			rep := w.signals.cycled.Wait()
-			require.NoError(t, rep.Err)
-			require.True(t, rep.OK)
-		}
-		require.Zero(t, w.Stats().PollErrors)
-	})
 
 	t.Run("RunInOrderWithTheTerm", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -419,4 +403,21 @@ func TestSweeps(t *testing.T) {
 			require.Empty(t, b.ran)
 		})
 	})
+}
+
+// A worker with a database but no handlers runs its sweeps and leaves the
+// jobs table alone: it need not even exist.
+func TestSweepsNeedNoJobsTable(t *testing.T) {
+	t.Parallel()
+	ok := func(context.Context, lease.Term) error { return nil }
+	db := stacktest.NewDB(t)
+	w := newWorker(t, Config{Lease: newStubLease(lease.Leader), DSN: db.Postgres.DSN, PollInterval: time.Millisecond,
+		Sweeps: []Sweep{SweepFunc("s", ok)}})
+	start(t, w)
+	for range 3 {
+		rep := w.signals.cycled.Wait()
+		require.NoError(t, rep.Err)
+		require.True(t, rep.OK)
+	}
+	require.Zero(t, w.Stats().PollErrors)
 }

@@ -15,6 +15,14 @@ import (
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
+// Test order. Tests that need no server (the loop's gates in a synctest
+// bubble, config, back-off, health, outcome building) are not parallel, so
+// they run first, one after another, before any test that needs the stack
+// starts; TestStartStopLeaksNothing, last in file order, is the one
+// sequential test on a server. Every other test is parallel on the shared
+// stack, each in a database of its own. Under -failfast, as the mutation
+// gate runs the package, a mutant that a server-free test catches ends the
+// run before the parallel tests start, in well under a second.
 func TestMain(m *testing.M) {
 	// The failover test re-executes this binary as worker processes.
 	if os.Getenv(envChild) != "" {

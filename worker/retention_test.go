@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -72,11 +73,14 @@ func TestRetention(t *testing.T) {
 		}
 		b.worker.signals.swept.RequireEmpty()
 	})
+}
 
-	t.Run("NegativeRetentionKeepsEverything", func(t *testing.T) {
-		t.Parallel()
-		db := stacktest.NewDB(t)
-		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}, Retention: -1})
-		require.Nil(t, b.worker.keep)
-	})
+// A negative Retention keeps finished jobs forever: the worker has no
+// retention sweep at all. New opens no connection, so no server is needed.
+func TestRetentionNegativeKeepsEverything(t *testing.T) {
+	// Needs no server: runs first, before the parallel tests (main_test.go).
+	config := Config{Lease: newStubLease(lease.Leader), DSN: "postgres://localhost/unused", Handlers: map[string]Handler{"k": noop}}
+	require.NotNil(t, newWorker(t, config).keep, "the default keeps finished jobs a day")
+	config.Retention = -1
+	require.Nil(t, newWorker(t, config).keep)
 }
