@@ -36,17 +36,22 @@ const (
 
 	failoverLease = "failover"
 	failoverKind  = "record"
-	failoverJobs  = 5000
+	// Enough that a thousand jobs are left when the leader is killed, so
+	// that the survivors do real work after the failover, not only the
+	// dead leader's claims.
+	failoverJobs = 2000
 	// The faults strike once this many jobs have run: the freeze at a
 	// fifth, the kill at half.
 	freezeAfter = failoverJobs / 5
 	killAfter   = failoverJobs / 2
 )
 
-// The child's settings: fast enough that a failover takes seconds.
+// The child's settings: fast enough that a failover takes a second or
+// so, and slow enough for a loaded machine: a handler runs well within
+// the visibility timeout, and a leader polls many times within its TTL.
 const (
-	childTTL        = time.Second
-	childVisibility = 2 * time.Second
+	childTTL        = 500 * time.Millisecond
+	childVisibility = time.Second
 	childPoll       = 20 * time.Millisecond
 	childWork       = 20 * time.Millisecond
 )
@@ -180,8 +185,8 @@ func (c *child) stop(t *testing.T) Stats {
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-c.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("worker %s did not stop within 30s after SIGTERM", c.holder)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("worker %s did not stop within 10s after SIGTERM", c.holder)
 	}
 	require.NoError(t, c.err, "worker %s: %s", c.holder, c.stderr.String())
 	var st Stats
@@ -239,12 +244,20 @@ func TestFailover(t *testing.T) {
 	})
 }
 
-// failover runs 3 worker processes over 5,000 jobs on ep, SIGKILLs the
+// failoverBudget bounds the whole of one failover run, every wait and
+// statement in it, well below the time the mutation gate gives the
+// package's tests: a mutant that stalls the workers fails the test rather
+// than timing out. A run takes a few seconds.
+const failoverBudget = 30 * time.Second
+
+// failover runs 3 worker processes over 2,000 jobs on ep, SIGKILLs the
 // leader's process mid-run, and checks that every job completed at least
 // once and none was lost. It also shows that a completion under the killed
 // leader's term is rejected by the real Fenced lease's fence.
 func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), failoverBudget)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
 	conn := stacktest.Connect(t, db.Postgres)
 	require.NoError(t, Migrate(ctx, conn, ""))
 	require.NoError(t, lease.MigrateFenced(ctx, conn, ""))
@@ -286,7 +299,7 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 	// midBatch waits until the leader has a batch whose handlers have
 	// recorded their runs but whose outcomes are not recorded yet.
 	midBatch := func() (tm lease.Term) {
-		waitFor(t, "the leader mid-batch", time.Minute, all, func() bool {
+		waitFor(t, "the leader mid-batch", time.Until(deadline), all, func() bool {
 			tm = leaseTerm()
 			return count(`SELECT count(*) FROM doublerun_jobs j WHERE state = 'running' AND claimed_by = $1 AND claimed_token = $2
 				AND EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.token = $2)`, tm.Holder, tm.Token) > 0
@@ -298,7 +311,7 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 	// granted the lease, then thaw it. It resumes believing it leads and
 	// tries to record its batch's outcomes under its old term: the fence
 	// must reject them.
-	waitFor(t, fmt.Sprintf("%d job runs", freezeAfter), time.Minute, all, func() bool { return count(`SELECT count(*) FROM runs`) >= freezeAfter })
+	waitFor(t, fmt.Sprintf("%d job runs", freezeAfter), time.Until(deadline), all, func() bool { return count(`SELECT count(*) FROM runs`) >= freezeAfter })
 	var frozenTerm lease.Term
 	var frozenBatch []int64
 	var supersededAt time.Time // when a newer term was granted, on the server's clock
@@ -324,18 +337,22 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 		// after completeStall): try again.
 	}
 	frozen := children[frozenTerm.Holder]
-	waitFor(t, "the thawed leader's outcomes rejected as stale", time.Minute, all, func() bool {
+	waitFor(t, "the thawed leader's outcomes rejected as stale", time.Until(deadline), all, func() bool {
 		return strings.Contains(frozen.stderr.String(), "outcomes rejected")
 	})
 
 	// Fault 2, SIGKILL: kill the leader mid-batch, so that its claimed jobs
 	// can only be finished through the visibility timeout.
-	waitFor(t, fmt.Sprintf("%d job runs", killAfter), time.Minute, all, func() bool { return count(`SELECT count(*) FROM runs`) >= killAfter })
+	waitFor(t, fmt.Sprintf("%d job runs", killAfter), time.Until(deadline), all, func() bool { return count(`SELECT count(*) FROM runs`) >= killAfter })
 	killed := midBatch()
 	victim := children[killed.Holder]
 	require.NotNil(t, victim, "the lease holder %q is one of the workers", killed.Holder)
 	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
-	<-victim.exited
+	select {
+	case <-victim.exited:
+	case <-ctx.Done():
+		t.Fatalf("worker %s did not die of SIGKILL", victim.holder)
+	}
 	killedAt := time.Now()
 	runsAtKill := count(`SELECT count(*) FROM runs`)
 	orphaned := count(`SELECT count(*) FROM doublerun_jobs WHERE state = 'running' AND claimed_by = $1`, killed.Holder)
@@ -346,11 +363,11 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 		survivors = append(survivors, c)
 	}
 
-	waitFor(t, "a new leader's runs", time.Minute, survivors, func() bool {
+	waitFor(t, "a new leader's runs", time.Until(deadline), survivors, func() bool {
 		return count(`SELECT count(*) FROM runs WHERE token > $1`, killed.Token) > 0
 	})
 	takeover := time.Since(killedAt)
-	waitFor(t, "every job completed", 2*time.Minute, survivors, func() bool {
+	waitFor(t, "every job completed", time.Until(deadline), survivors, func() bool {
 		return count(`SELECT count(*) FROM doublerun_jobs WHERE state = 'completed'`) == failoverJobs
 	})
 	elapsed := time.Since(begin)
