@@ -86,7 +86,7 @@ func TestComplete(t *testing.T) {
 
 	t.Run("CommitFails", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
+		db := newSchema(t)
 		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}})
 		ids := b.enqueue(t, 2, "k")
 		ctx := context.Background()
@@ -116,7 +116,7 @@ func TestComplete(t *testing.T) {
 	// replica takes over after that, not after the pause.
 	t.Run("StalledWorkerDoesNotHoldOffTheNextLeader", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
+		db := newSchema(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		conn := stacktest.Connect(t, db.Postgres)

@@ -22,7 +22,7 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("InsideATransactionOnlyOnCommit", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
+		db := newSchema(t)
 		conn := stacktest.Connect(t, db.Postgres)
 		ctx := context.Background()
 		require.NoError(t, Migrate(ctx, conn, "app_jobs"))
@@ -145,7 +145,7 @@ func TestMigrate(t *testing.T) {
 // transaction pooling, and all succeed.
 func TestMigrateManyReplicasAtOnce(t *testing.T) {
 	t.Parallel()
-	db := stacktest.NewDB(t)
+	db := reusedDB(t)
 	stacktest.MustExec(t, db.Postgres.DSN, `CREATE SCHEMA app`)
 	conns := make([]*pgx.Conn, 4)
 	for i := range conns {
@@ -164,10 +164,10 @@ func TestMigrateManyReplicasAtOnce(t *testing.T) {
 	require.Equal(t, 1, indexes)
 }
 
-// migratedConn connects to a fresh database with the default jobs table.
+// migratedConn connects to a fresh schema with the default jobs table.
 func migratedConn(t *testing.T) *pgx.Conn {
 	t.Helper()
-	conn := stacktest.Connect(t, stacktest.NewDB(t).Postgres)
+	conn := stacktest.Connect(t, newSchema(t).Postgres)
 	require.NoError(t, Migrate(context.Background(), conn, ""))
 	return conn
 }

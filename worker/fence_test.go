@@ -33,7 +33,7 @@ func TestFence(t *testing.T) {
 // transaction.
 func TestFenceChecksTheTermOfTheCycle(t *testing.T) {
 	t.Parallel()
-	db := stacktest.NewDB(t)
+	db := newSchema(t)
 	conn := stacktest.Connect(t, db.Postgres)
 	l := newFencingLease()
 	ctx := withLeader(context.Background(), leaderTerm, l)

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/lease"
-	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // The gate tests run in a synctest bubble with the original's defaults
@@ -410,7 +409,7 @@ func TestSweeps(t *testing.T) {
 func TestSweepsNeedNoJobsTable(t *testing.T) {
 	t.Parallel()
 	ok := func(context.Context, lease.Term) error { return nil }
-	db := stacktest.NewDB(t)
+	db := newSchema(t)
 	w := newWorker(t, Config{Lease: newStubLease(lease.Leader), DSN: db.Postgres.DSN, PollInterval: time.Millisecond,
 		Sweeps: []Sweep{SweepFunc("s", ok)}})
 	start(t, w)

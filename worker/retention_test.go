@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/lease"
-	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 func TestRetention(t *testing.T) {
@@ -41,7 +40,7 @@ func TestRetention(t *testing.T) {
 	// setup enqueues n jobs for a worker that keeps finished jobs an hour,
 	// the first of them completed two hours ago.
 	setup := func(t *testing.T, n int) (*jobsBundle, []int64) {
-		db := stacktest.NewDB(t)
+		db := newSchema(t)
 		b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}, Retention: time.Hour})
 		ids := b.enqueue(t, n, "k")
 		finish(t, b, ids[0], StateCompleted, 2*time.Hour)

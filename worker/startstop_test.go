@@ -187,7 +187,7 @@ func TestConfig(t *testing.T) {
 func TestStartStopLeaksNothing(t *testing.T) {
 	// The shared stack and the test's own connection exist before the
 	// snapshot; only what the worker starts is checked.
-	db := stacktest.NewDB(t)
+	db := newSchema(t)
 	require.NoError(t, Migrate(context.Background(), stacktest.Connect(t, db.Postgres), ""))
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
