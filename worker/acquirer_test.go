@@ -56,7 +56,7 @@ func TestGateAcquirer(t *testing.T) {
 			begin := time.Now()
 			start(t, w)
 			for range 3 {
-				rep := <-w.signals.cycled.C()
+				rep := nextCycle(w)
 				require.Equal(t, lease.Follower, rep.Status)
 				require.True(t, rep.Stamped, "a follower is healthy")
 				require.Zero(t, rep.Wait, "Acquire has waited already")

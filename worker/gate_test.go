@@ -42,7 +42,15 @@ func gateSetup(t *testing.T, status lease.Status) *gateBundle {
 // next waits for the worker's next cycle. In a bubble, fake time advances
 // to the loop's timer while the test blocks here.
 func (b *gateBundle) next() cycleReport {
-	return <-b.worker.signals.cycled.C()
+	return nextCycle(b.worker)
+}
+
+// nextCycle waits for w's next cycle inside a synctest bubble. The wait is
+// bounded in fake time, which costs no real time: an hour, longer than any
+// wait of the loop (the back-off's cap is 5 minutes), so a loop that stops
+// cycling fails the test at once rather than hanging it.
+func nextCycle(w *Worker) cycleReport {
+	return w.signals.cycled.WaitFor(time.Hour)
 }
 
 func TestGate(t *testing.T) {
@@ -295,7 +303,8 @@ func TestHealth(t *testing.T) {
 
 			// The lease comes back: the next stamp makes it healthy again.
 			b.lease.set(lease.Follower)
-			b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Stamped })
+			for !b.next().Stamped { // after the back-off the faults have built up
+			}
 			code, h = get(t, b.worker)
 			require.Equal(t, http.StatusOK, code)
 			require.Equal(t, StatusHealthy, h.Status)
@@ -361,8 +370,8 @@ func TestSweeps(t *testing.T) {
 			}
 			b := setup(t, check, check, check)
 			start(t, b.worker)
-			<-b.worker.signals.cycled.C()
-			<-b.worker.signals.cycled.C()
+			nextCycle(b.worker)
+			nextCycle(b.worker)
 			b.worker.Stop()
 			require.Equal(t, []string{"a", "b", "c", "a", "b", "c"}, b.ran)
 		})
@@ -372,7 +381,7 @@ func TestSweeps(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, func(context.Context, lease.Term) error { return errors.New("disk full") }, ok, ok)
 			start(t, b.worker)
-			rep := <-b.worker.signals.cycled.C()
+			rep := nextCycle(b.worker)
 			b.worker.Stop()
 			require.Equal(t, []string{"a", "b", "c"}, b.ran)
 			require.True(t, rep.Stamped, "a sweep's failure does not fail the poll")
@@ -384,7 +393,7 @@ func TestSweeps(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, func(context.Context, lease.Term) error { panic("nil map") }, ok)
 			start(t, b.worker)
-			rep := <-b.worker.signals.cycled.C()
+			rep := nextCycle(b.worker)
 			b.worker.Stop()
 			require.Equal(t, []string{"a", "b"}, b.ran)
 			require.True(t, rep.Stamped)
@@ -397,7 +406,7 @@ func TestSweeps(t *testing.T) {
 			b := setup(t, ok)
 			b.lease.set(lease.Follower)
 			start(t, b.worker)
-			<-b.worker.signals.cycled.C()
+			nextCycle(b.worker)
 			b.worker.Stop()
 			require.Empty(t, b.ran)
 		})

@@ -92,6 +92,11 @@ func jobsSetup(t *testing.T, db stacktest.DB, ep stack.Endpoint, config Config) 
 	config.PollInterval = cmpDuration(config.PollInterval, 5*time.Millisecond)
 	config.BackoffInitial = cmpDuration(config.BackoffInitial, 5*time.Millisecond)
 	config.BackoffMax = cmpDuration(config.BackoffMax, 50*time.Millisecond)
+	// A deadline on every handler's context, for handlers that wait on it:
+	// longer than any test takes, and well below the time the mutation
+	// gate gives the package's tests, so that a mutant that never cancels
+	// them fails rather than hangs.
+	config.VisibilityTimeout = cmpDuration(config.VisibilityTimeout, 30*time.Second)
 	b.worker = newWorker(t, config)
 	return b
 }
@@ -137,14 +142,16 @@ func (b *jobsBundle) states(t *testing.T) map[string]int {
 	t.Helper()
 	rows, err := b.conn.Query(context.Background(), `SELECT state, count(*) FROM doublerun_jobs GROUP BY state`)
 	require.NoError(t, err)
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		require.NoError(t, rows.Scan(&s, &n))
-		out[s] = n
+	type count struct {
+		State string
+		N     int
 	}
-	require.NoError(t, rows.Err())
+	counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[count])
+	require.NoError(t, err)
+	out := map[string]int{}
+	for _, c := range counts {
+		out[c.State] = c.N
+	}
 	return out
 }
 

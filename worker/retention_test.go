@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/lease"
@@ -27,13 +28,8 @@ func TestRetention(t *testing.T) {
 		t.Helper()
 		rows, err := b.conn.Query(context.Background(), `SELECT id FROM doublerun_jobs ORDER BY id`)
 		require.NoError(t, err)
-		var ids []int64
-		for rows.Next() {
-			var id int64
-			require.NoError(t, rows.Scan(&id))
-			ids = append(ids, id)
-		}
-		require.NoError(t, rows.Err())
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
 		return ids
 	}
 
