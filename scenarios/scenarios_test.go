@@ -95,6 +95,14 @@ func TestReportFilesRoundTrip(t *testing.T) {
 	var back Report
 	require.NoError(t, json.Unmarshal(data, &back))
 	require.Equal(t, ReportSchema, back.Schema)
+	// The report names the servers it ran on, read from them.
+	v := s.Versions()
+	require.Equal(t, VersionsInfo{Set: v.Set, Postgres: v.Postgres, PgBouncer: v.PgBouncer, Note: s.VersionsNote()}, back.Stack.Versions)
+	require.NotEmpty(t, back.Stack.Versions.Postgres)
+	require.NotEmpty(t, back.Stack.Versions.PgBouncer)
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "| versions | "+back.Stack.Versions.String()+" |")
 	// The raw history recomputes the same figures.
 	again := oracle.Analyze(back.History, oracle.Options{GapTolerance: time.Duration(back.GapTolerance)})
 	require.Equal(t, rep.Metrics.DoubleRun.Total, again.DoubleRun.Total)
