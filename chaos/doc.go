@@ -174,6 +174,17 @@
 //     to the holder of the strategy's advisory lock (271, 1 for the
 //     built-in ones) in pg_locks, for a strategy that reports no PID.
 //
+// # Versions
+//
+// The grid above was measured on PostgreSQL 15 and PgBouncer 1.18. Each
+// cell expects the same on every version set (stack.VersionSets) unless
+// grid_versions.go says otherwise for that set ([ExpectOn], [MatrixOn]);
+// `doublerun chaos` judges each cell by the set its servers make up, so
+// the native provider's binaries are judged by their own versions. The
+// cells whose expectation differs by set:
+//
+//	VERSIONS            CELL                                          GRID -> ON THE SET
+//
 // # Reproducing a limitation
 //
 // Each reproduced limitation has a test in repro_test.go that fails with
