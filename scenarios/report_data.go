@@ -25,10 +25,12 @@ type Report struct {
 	Wall     oracle.Duration `json:"wall_ms"`
 	// GapTolerance is the oracle option the leaderless window used.
 	GapTolerance oracle.Duration `json:"gap_tolerance_ms"`
-	Replicas     []ReplicaInfo   `json:"replicas"`
-	Metrics      oracle.Metrics  `json:"metrics"`
-	Verdict      Verdict         `json:"verdict"`
-	History      oracle.History  `json:"history"`
+	// OrphanTolerance is the oracle option the orphaned-lock window used.
+	OrphanTolerance oracle.Duration `json:"orphan_tolerance_ms"`
+	Replicas        []ReplicaInfo   `json:"replicas"`
+	Metrics         oracle.Metrics  `json:"metrics"`
+	Verdict         Verdict         `json:"verdict"`
+	History         oracle.History  `json:"history"`
 }
 
 // StackInfo says where a run happened.
@@ -50,14 +52,15 @@ type ReplicaInfo struct {
 
 func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
 	rep := &Report{
-		Schema:       ReportSchema,
-		Scenario:     r.sc,
-		Began:        r.began,
-		Wall:         oracle.Duration(time.Since(r.began)),
-		GapTolerance: oracle.Duration(r.gapTolerance()),
-		Metrics:      m,
-		Verdict:      Judge(r.sc.Expect, m, len(h.Intervals)),
-		History:      h,
+		Schema:          ReportSchema,
+		Scenario:        r.sc,
+		Began:           r.began,
+		Wall:            oracle.Duration(time.Since(r.began)),
+		GapTolerance:    oracle.Duration(r.gapTolerance()),
+		OrphanTolerance: oracle.Duration(lockWatchInterval),
+		Metrics:         m,
+		Verdict:         Judge(r.sc.Expect, m, len(h.Intervals)),
+		History:         h,
 		Stack: StackInfo{
 			Provider:      string(r.opts.Stack.Provider()),
 			Lease:         describe(r.leaseEP),

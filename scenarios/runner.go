@@ -89,6 +89,7 @@ type run struct {
 	workEP     stack.Endpoint
 	conn       *pgxpool.Pool // direct, to the run's database; reconnects after a Postgres restart
 	leaseCheck string
+	lockWatch  *lockWatch
 	toxics     *toxiproxy.ApiServer
 	proxies    map[string][]*toxiproxy.Proxy
 
@@ -101,6 +102,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	if err := r.prepare(ctx); err != nil {
 		return nil, err
 	}
+	r.watchLock(ctx)
 	if err := r.startReplicas(ctx); err != nil {
 		return nil, err
 	}
@@ -126,11 +128,15 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	r.stopReplicas(ctx)
+	// The last sample comes after every replica stopped, so a lock they
+	// left behind shows (oracle.Orphaned.LeftHeld).
+	locks := r.lockWatch.stop(ctx)
 	h, err := oracle.Load(ctx, r.conn, start, end)
 	if err != nil {
 		return nil, err
 	}
-	return r.report(h, oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance()})), nil
+	h.Locks = locks
+	return r.report(h, oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: lockWatchInterval})), nil
 }
 
 // inject runs f, logging on the oracle's clock when it began and when it

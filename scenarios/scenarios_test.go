@@ -96,7 +96,7 @@ func TestReportFilesRoundTrip(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &back))
 	require.Equal(t, ReportSchema, back.Schema)
 	// The raw history recomputes the same figures.
-	again := oracle.Analyze(back.History, oracle.Options{GapTolerance: time.Duration(back.GapTolerance)})
+	again := oracle.Analyze(back.History, oracle.Options{GapTolerance: time.Duration(back.GapTolerance), OrphanTolerance: time.Duration(back.OrphanTolerance)})
 	require.Equal(t, rep.Metrics.DoubleRun.Total, again.DoubleRun.Total)
 	require.Equal(t, rep.Metrics.Leaderless.Total, again.Leaderless.Total)
 	require.Equal(t, rep.Metrics.Writes, again.Writes)

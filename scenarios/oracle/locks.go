@@ -61,10 +61,10 @@ type Orphan struct {
 	// (it was killed or stopped).
 	After string `json:"after"`
 	Cause string `json:"cause"`
-	// ClientLinked is true when any sample of the stretch showed a client
-	// linked to the backend, false when the bouncer showed none in every
-	// one, nil when there is no bouncer to ask.
-	ClientLinked *bool `json:"client_linked,omitempty"`
+	// ClientLinkedFor is how much of the stretch the bouncer showed a
+	// client linked to the backend's server connection, by the samples in
+	// effect during it; nil when there is no bouncer to ask.
+	ClientLinkedFor *Duration `json:"client_linked_ms,omitempty"`
 	// ReenteredBy is the replica that ended the stretch by claiming the
 	// orphaned backend: a re-entrant acquisition of a lock it never took.
 	// Empty when the lock went away instead.
@@ -82,6 +82,11 @@ type Orphaned struct {
 	// Reentries counts the stretches a replica ended by re-entering the
 	// lock on the orphaned backend.
 	Reentries int `json:"reentries"`
+	// LeftHeld are the backends that still held the lock, claimed by no
+	// replica, in the last sample, when that sample came after the
+	// measured span (the runner takes it once every replica has stopped):
+	// locks the run left behind on pooled server connections.
+	LeftHeld []int32 `json:"left_held,omitempty"`
 }
 
 // ClaimDetail is the detail of an EventLockClaim: the backend the lease
@@ -187,8 +192,9 @@ func heldStretches(samples []LockSample) []heldStretch {
 	return out
 }
 
-// orphaned computes the orphaned-lock window of h, clipped to its span.
-func orphaned(h History) Orphaned {
+// orphaned computes the orphaned-lock window of h, clipped to its span;
+// stretches no longer than tolerance are left out.
+func orphaned(h History, tolerance time.Duration) Orphaned {
 	samples := slices.Clone(h.Locks)
 	slices.SortStableFunc(samples, func(a, b LockSample) int { return a.At.Compare(b.At) })
 	cs := claims(h.Events)
@@ -216,6 +222,8 @@ func orphaned(h History) Orphaned {
 			from, to := cuts[k], cuts[k+1]
 			if claimedAt(cs, st.pid, from) {
 				if cur != nil {
+					// A replica handed the orphaned backend re-entered the lock.
+					// Caught by TestAnalyzeOrphaned/ReenteringTheOrphanedBackendEndsItAndIsLabelled.
 					cur.End, cur.ReenteredBy = from, claimant(cs, st.pid, from)
 					out.Orphans = append(out.Orphans, *cur)
 					cur = nil
@@ -248,10 +256,13 @@ func orphaned(h History) Orphaned {
 		if !h.End.IsZero() && o.End.After(h.End) {
 			o.End, o.ReenteredBy = h.End, ""
 		}
-		if !o.End.After(o.Start) {
+		// A lock outlives its holder's death by the moment the server
+		// takes to notice a closed socket; that is no orphan. Caught by
+		// TestAnalyzeOrphaned/AStretchWithinTheToleranceIsLeftOut.
+		if !o.End.After(o.Start) || o.End.Sub(o.Start) <= tolerance {
 			continue
 		}
-		o.ClientLinked = linked(samples, o)
+		o.ClientLinkedFor = linkedFor(samples, o)
 		kept = append(kept, o)
 	}
 	out.Orphans = kept
@@ -264,6 +275,14 @@ func orphaned(h History) Orphaned {
 		}
 	}
 	out.Window = union(out.Orphans)
+	if n := len(samples); n > 0 && !h.End.IsZero() && samples[n-1].At.After(h.End) {
+		last := samples[n-1]
+		for _, hl := range last.Held {
+			if !claimedAt(cs, hl.PID, last.At) {
+				out.LeftHeld = append(out.LeftHeld, hl.PID)
+			}
+		}
+	}
 	return out
 }
 
@@ -292,26 +311,48 @@ func lastClaim(cs []claim, pid int32, t time.Time) (string, string) {
 	return best.replica, best.cause
 }
 
-// linked says whether a sample inside o showed a client linked to its
-// backend: true if any did, false if the bouncer showed none, nil if none
-// of them could tell.
-func linked(samples []LockSample, o Orphan) *bool {
-	var out *bool
-	for _, s := range samples {
-		if s.At.Before(o.Start) || s.At.After(o.End) {
+// linkedFor is how long, inside o, the samples in effect showed a client
+// linked to its backend. A kept sample stands until the next one (the
+// runner keeps every change and the sample before it); nil when none in
+// effect could tell.
+func linkedFor(samples []LockSample, o Orphan) *Duration {
+	var out *Duration
+	for k, s := range samples {
+		from, to := s.At, o.End
+		if k+1 < len(samples) {
+			to = samples[k+1].At
+		}
+		from, to = later(from, o.Start), earlier(to, o.End)
+		if !to.After(from) {
 			continue
 		}
 		for _, h := range s.Held {
 			if h.PID != o.BackendPID || h.ClientLinked == nil {
 				continue
 			}
-			v := *h.ClientLinked
-			if out == nil || v {
-				out = &v
+			if out == nil {
+				out = new(Duration)
+			}
+			if *h.ClientLinked {
+				*out += Duration(to.Sub(from))
 			}
 		}
 	}
 	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // union is the window of the time covered by any of the orphans; orphans

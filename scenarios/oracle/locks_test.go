@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +29,6 @@ func claimEv(replica string, ms int, pid int32) Event {
 
 func TestAnalyzeOrphaned(t *testing.T) {
 	t.Parallel()
-	yes, no := true, false
 	for _, tc := range []struct {
 		name    string
 		h       History
@@ -66,12 +66,16 @@ func TestAnalyzeOrphaned(t *testing.T) {
 		}, []Orphan{{Start: at(200), End: at(250), BackendPID: 7, After: "b", Cause: "released"}}, 1, ms(50)},
 		{"TheBouncerSaysWhetherAClientWasLinked", History{
 			Events: []Event{claimEv("a", 5, 7), claimEv("a", 100, 0)},
-			Locks:  []LockSample{heldLinked(0, 7, true), heldLinked(150, 7, false), heldLinked(300, 7, false)},
-		}, []Orphan{{Start: at(100), End: at(300), BackendPID: 7, After: "a", Cause: "released", ClientLinked: &no}}, 1, ms(200)},
-		{"ALinkedSampleInsideTheStretchCounts", History{
+			Locks:  []LockSample{heldLinked(0, 7, true), heldLinked(95, 7, true), heldLinked(100, 7, false), heldLinked(300, 7, false)},
+		}, []Orphan{{Start: at(100), End: at(300), BackendPID: 7, After: "a", Cause: "released", ClientLinkedFor: new(ms(0))}}, 1, ms(200)},
+		{"EachSampleStandsUntilTheNext", History{
 			Events: []Event{claimEv("a", 5, 7), claimEv("a", 100, 0)},
-			Locks:  []LockSample{heldLinked(0, 7, false), heldLinked(150, 7, true), heldLinked(300, 7, false)},
-		}, []Orphan{{Start: at(100), End: at(300), BackendPID: 7, After: "a", Cause: "released", ClientLinked: &yes}}, 1, ms(200)},
+			Locks:  []LockSample{heldLinked(0, 7, true), heldLinked(150, 7, false), heldLinked(260, 7, true), heldLinked(300, 7, true)},
+		}, []Orphan{{Start: at(100), End: at(300), BackendPID: 7, After: "a", Cause: "released", ClientLinkedFor: new(ms(90))}}, 1, ms(200)},
+		{"AStretchWithinTheToleranceIsLeftOut", History{
+			Events: []Event{claimEv("a", 5, 7), {Kind: EventReplicaKilled, Replica: "a", At: at(100)}, claimEv("b", 200, 8), claimEv("b", 300, 0)},
+			Locks:  []LockSample{held(0, 7), held(120, 7), held(130), held(210, 8), held(400, 8)},
+		}, []Orphan{{Start: at(300), End: at(400), BackendPID: 8, After: "b", Cause: "released"}}, 1, ms(100)},
 		{"ItIsClippedToTheMeasuredSpan", History{
 			Start: at(150), End: at(250),
 			Events: []Event{claimEv("a", 5, 7), claimEv("a", 100, 0), claimEv("b", 300, 7)},
@@ -87,7 +91,7 @@ func TestAnalyzeOrphaned(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m := Analyze(tc.h, Options{})
+			m := Analyze(tc.h, Options{OrphanTolerance: 20 * time.Millisecond})
 			require.Equal(t, tc.want, m.Orphaned.Orphans)
 			require.Equal(t, tc.episode, m.Orphaned.Episodes, "episodes")
 			require.Equal(t, tc.total, m.Orphaned.Total, "total")
@@ -100,6 +104,20 @@ func TestAnalyzeOrphaned(t *testing.T) {
 			require.Equal(t, reentries, m.Orphaned.Reentries, "re-entries")
 		})
 	}
+}
+
+// A lock still held, unclaimed, in a sample taken after the measured span
+// (once every replica stopped) was left behind; one a replica still
+// claims, or one seen inside the span, was not.
+func TestOrphanedLeftHeld(t *testing.T) {
+	t.Parallel()
+	h := History{Start: at(0), End: at(1000),
+		Events: []Event{claimEv("a", 5, 7), claimEv("b", 5, 8), claimEv("a", 1100, 0)},
+		Locks:  []LockSample{held(0, 7, 8), held(1200, 7, 8)},
+	}
+	require.Equal(t, []int32{7}, Analyze(h, Options{}).Orphaned.LeftHeld)
+	h.End = at(1300)
+	require.Empty(t, Analyze(h, Options{}).Orphaned.LeftHeld)
 }
 
 func TestClaimDetailRoundTrips(t *testing.T) {
@@ -147,12 +165,16 @@ func TestOrphanedMatchesBruteForce(t *testing.T) {
 			h.Events = append(h.Events, claimEv(replica, n(1200), pid))
 		}
 		h.Start, h.End = at(n(200)), at(1000+n(400))
-		m := Analyze(h, Options{})
+		tolerance := n(40)
+		m := Analyze(h, Options{OrphanTolerance: time.Duration(tolerance) * time.Millisecond})
 
 		first, last := int(h.Start.Sub(t0).Milliseconds()), int(h.End.Sub(t0).Milliseconds())
 		slots := make([]int, last-first)
 		heldMs, claimedMs := heldSlots(h.Locks, 1500), claimedSlots(h.Events, 1500)
 		for _, p := range pids {
+			// This backend's orphaned slots in the span, then its runs
+			// longer than the tolerance into the union.
+			mine := make([]int, last-first)
 			claimedBefore := false
 			for ms := range 1500 {
 				if !heldMs[ms][p] {
@@ -162,13 +184,18 @@ func TestOrphanedMatchesBruteForce(t *testing.T) {
 				if claimedMs[ms][p] {
 					claimedBefore = true
 				} else if claimedBefore && ms >= first && ms < last {
-					slots[ms-first] = 1
+					mine[ms-first] = 1
+				}
+			}
+			for _, sp := range slotRuns(mine, first, tolerance, func(k int) bool { return k > 0 }).Spans {
+				for ms := sp.Start; ms.Before(sp.End); ms = ms.Add(time.Millisecond) {
+					slots[int(ms.Sub(t0).Milliseconds())-first] = 1
 				}
 			}
 		}
 		want := slotRuns(slots, first, 0, func(k int) bool { return k > 0 })
 		got := m.Orphaned.Window
-		require.Equal(t, want, got, "trial %d: locks %+v events %+v", trial, h.Locks, h.Events)
+		require.Equal(t, want, got, "trial %d (tolerance %d ms): locks %+v events %+v", trial, tolerance, h.Locks, h.Events)
 		var sum Duration
 		for _, o := range m.Orphaned.Orphans {
 			require.True(t, o.End.After(o.Start), "trial %d: empty orphan %+v", trial, o)

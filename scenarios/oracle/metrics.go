@@ -82,6 +82,10 @@ type Options struct {
 	// cycles (poll interval plus the lease call). Longer gaps are
 	// leaderless time.
 	GapTolerance time.Duration
+	// OrphanTolerance is the longest orphaned-lock stretch that is left
+	// out: the time a server takes to notice that a holder's socket
+	// closed, and the resolution of the runner's lock samples.
+	OrphanTolerance time.Duration
 }
 
 // Metrics are the figures a run is judged by.
@@ -167,7 +171,7 @@ func Analyze(h History, opts Options) Metrics {
 	m.Terms, m.LeadershipChanges = terms(h.Grants)
 	m.StaleWrites, m.Writes = staleWrites(h.Writes, h.Grants)
 	m.FailoverLatency = failover(h, ivs)
-	m.Orphaned = orphaned(h)
+	m.Orphaned = orphaned(h, opts.OrphanTolerance)
 	return m
 }
 
