@@ -58,7 +58,7 @@ func TestChaosRunsOneCell(t *testing.T) {
 	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, "chaos: 1 cell(s)")
 	require.Contains(t, stdout, "[1/1] PASS fenced/transaction/KILL_LEADER")
-	require.Contains(t, stdout, "| strategy | fault | topology | double-run (episodes) | leaderless | stale writes accepted / rejected | expect | verdict |")
+	require.Contains(t, stdout, "| strategy | fault | topology | double-run (episodes) | leaderless | orphaned lock (episodes) | stale writes accepted / rejected | expect | verdict |")
 	require.Contains(t, stdout, "| fenced | KILL_LEADER | transaction(pool=1) |")
 	for _, f := range []string{"summary.md", "fenced/transaction/KILL_LEADER/report.json", "fenced/transaction/KILL_LEADER/report.md", "fenced/transaction/KILL_LEADER/timeline.svg"} {
 		info, err := os.Stat(filepath.Join(out, f))
