@@ -20,6 +20,8 @@
 //	session      pgbouncer session pool    pgbouncer session pool
 //	transaction  pgbouncer transaction     pgbouncer transaction
 //	pinned       pgbouncer session pool    pgbouncer transaction   (the #556 fix)
+//	alias        one pgbouncer, <db>_lease  the same one, <db>       (the fix on one
+//	             in pool_mode=session       in pool_mode=transaction  bouncer)
 //
 // # Replicas are processes
 //

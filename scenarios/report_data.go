@@ -3,7 +3,9 @@ package scenarios
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/oracle"
@@ -129,7 +131,12 @@ func describe(ep stack.Endpoint) string {
 	if ep.Direct() {
 		return "postgres (direct)"
 	}
-	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", ep.Name, ep.Version, ep.PoolMode, ep.PoolSize)
+	name := ep.Name
+	if u, err := url.Parse(ep.DSN); err == nil && strings.HasSuffix(u.Path, aliasLeaseSuffix) {
+		// The alias topology's lease name on the one bouncer.
+		name += " database " + strings.TrimPrefix(u.Path, "/")
+	}
+	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", name, ep.Version, ep.PoolMode, ep.PoolSize)
 }
 
 // BackendPIDs returns, per replica, the backend PIDs its lease held while
