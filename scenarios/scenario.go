@@ -142,9 +142,10 @@ var Catalog = []Scenario{
 	{Name: "fenced-session", Strategy: StrategyFenced, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Description: "the table lease through session pooling"},
 	Issue556Fenced,
+	Issue556Alias,
 }
 
-// The #556 reproduction and its two fixes.
+// The #556 reproduction and its three fixes.
 var (
 	Issue556 = Scenario{Name: "issue-556", Strategy: StrategyAdvisory, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
 		Description: "#556: the advisory lease through transaction pooling with a pool of one: two leaders on one backend"}
@@ -152,6 +153,8 @@ var (
 		Description: "#556 fix: the lease on a session-pinned endpoint, the work through the transaction pool"}
 	Issue556Fenced = Scenario{Name: "issue-556-fenced", Strategy: StrategyFenced, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectSafe,
 		Description: "#556 fix: the fenced table lease through transaction pooling"}
+	Issue556Alias = Scenario{Name: "issue-556-alias", Strategy: StrategyAdvisory, Topology: Topology{Kind: Alias, PoolSize: 1}, Expect: ExpectSafe,
+		Description: "#556 fix on one PgBouncer: the lease on a session-mode name of the database, the work on its transaction-mode name"}
 )
 
 // GuardScenarios returns the runs that show what the PID guard does at

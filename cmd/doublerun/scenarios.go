@@ -141,8 +141,10 @@ Reproduces issue #556 and checks its fixes:
      both replicas leader on the same backend PID, double-run window > 0;
   2. the PID guard's effect: advisory-unguarded against advisory at pool
      sizes 2 to 4;
-  3. the fixes: the pinned endpoint (double-run 0) and the fenced lease
-     (0 accepted stale writes).
+  3. the fixes: the pinned endpoint (double-run 0), the fenced lease
+     (0 accepted stale writes), and one PgBouncer serving the database
+     under a session-mode name for the lease and a transaction-mode name
+     for the work (alias; double-run 0).
 Prints "Successful reproduction" and exits 0 only if 1 reproduced and 3
 held; otherwise prints "Failed to reproduce" and exits 1. --versions (or
 DOUBLERUN_VERSIONS) picks the servers' version set; the reports name the
