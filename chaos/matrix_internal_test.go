@@ -91,7 +91,7 @@ func TestMatrix(t *testing.T) {
 	require.Equal(t, 1, sc.Topology.PoolSize)
 	for _, tc := range []struct{ strategy, topology, fault, want string }{
 		{"zookeeper", "transaction", "KILL_LEADER", `unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, fenced`},
-		{"fenced", "mesh", "KILL_LEADER", `unknown topology "mesh"; valid: direct, session, transaction, pinned`},
+		{"fenced", "mesh", "KILL_LEADER", `unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`},
 		{"fenced", "transaction", "METEOR", `unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, `},
 		{"fenced", "transaction", "TERMINATE_LEADER_BACKEND", "fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
 		{"advisory", "direct", "PGBOUNCER_KILL", "fault PGBOUNCER_KILL does not apply to strategy advisory on topology direct"},
