@@ -23,7 +23,29 @@ var DefaultPoolSizes = []int{1}
 // here takes grid's expectation. It stands beside grid rather than in it;
 // the measurements behind each entry are in "Pool sizes" in the package
 // documentation.
-var poolGrid = map[int]map[string]map[string]Row{}
+var poolGrid = map[int]map[string]map[string]Row{
+	2: advisoryReproducesOrOrphans(),
+	4: advisoryReproducesOrOrphans(),
+}
+
+// advisoryReproducesOrOrphans is the block of a pool of several backends:
+// each advisory cell on the transaction topology, where the grid expects a
+// double-run, expects a double-run or an orphaned lock instead, since which
+// backend each statement gets is now up to PgBouncer (see "Pool sizes").
+func advisoryReproducesOrOrphans() map[string]map[string]Row {
+	out := map[string]map[string]Row{}
+	for _, f := range columns() {
+		for _, s := range []string{scenarios.StrategyAdvisory, scenarios.StrategyAdvisoryUnguarded} {
+			if e, ok := Expect(s, scenarios.Transaction, f); ok && e == scenarios.ExpectReproduces {
+				if out[f] == nil {
+					out[f] = map[string]Row{}
+				}
+				out[f][s] = Row{scenarios.Transaction: scenarios.ExpectReproducesOrOrphans}
+			}
+		}
+	}
+	return out
+}
 
 // ParsePoolSizes reads a comma-separated list of pool sizes, such as
 // "1,2,4" (--pool-sizes, CHAOS_POOL_SIZES), dropping repeats and sorting;
