@@ -45,9 +45,12 @@
 //
 // # Verdict
 //
-//	safe        no double-run and no accepted stale write
-//	reproduces  a double-run must appear
-//	fenced      overlaps allowed, no accepted stale write
+//	safe                   no double-run and no accepted stale write
+//	reproduces             a double-run must appear
+//	fenced                 overlaps allowed, no accepted stale write
+//	reproduces-or-orphans  a double-run or an orphaned lock must appear
+//	                       (the advisory lock through a transaction pool
+//	                       of several backends; a run with neither fails)
 //
 // A run whose measurements disagree with its expectation fails, in either
 // direction; a run in which no replica ever led fails too. [Verdict] is the
