@@ -84,6 +84,19 @@
 //	PGBOUNCER_RESTART         fenced              fenced              safe
 //	POSTGRES_RESTART          fenced              fenced              fenced
 //	GRACEFUL_HANDOVER         safe                safe                safe
+//	ALIAS                     advisory            advisory-unguarded  fenced
+//	none                      safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe
+//	FREEZE_LEADER             safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                fenced
+//	DELAY_LEADER              safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                fenced
+//	PGBOUNCER_KILL            safe                safe                safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe
 //
 // # Findings
 //
