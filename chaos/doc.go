@@ -84,6 +84,19 @@
 //	PGBOUNCER_RESTART         fenced              fenced              safe
 //	POSTGRES_RESTART          fenced              fenced              fenced
 //	GRACEFUL_HANDOVER         safe                safe                safe
+//	ALIAS                     advisory            advisory-unguarded  fenced
+//	none                      safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe
+//	FREEZE_LEADER             safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                fenced
+//	DELAY_LEADER              safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                fenced
+//	PGBOUNCER_KILL            safe                safe                safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe
 //
 // # Findings
 //
@@ -173,6 +186,17 @@
 //     every TERMINATE_LEADER_BACKEND cell failed. The fault now falls back
 //     to the holder of the strategy's advisory lock (271, 1 for the
 //     built-in ones) in pg_locks, for a strategy that reports no PID.
+//
+// # Versions
+//
+// The grid above was measured on PostgreSQL 15 and PgBouncer 1.18. Each
+// cell expects the same on every version set (stack.VersionSets) unless
+// grid_versions.go says otherwise for that set ([ExpectOn], [MatrixOn]);
+// `doublerun chaos` judges each cell by the set its servers make up, so
+// the native provider's binaries are judged by their own versions. The
+// cells whose expectation differs by set:
+//
+//	VERSIONS            CELL                                          GRID -> ON THE SET
 //
 // # Reproducing a limitation
 //
