@@ -56,6 +56,30 @@ func TestRetention(t *testing.T) {
 		require.Equal(t, int64(2), b.worker.Stats().JobsDeleted)
 	})
 
+	// A run deletes in statements of retentionBatch until its budget has
+	// passed, and then leaves the rest to the next cycle rather than
+	// holding this one up.
+	t.Run("StopsAtItsBudgetAndGoesOnNextCycle", func(t *testing.T) {
+		t.Parallel()
+		b, _ := setup(t, 1)
+		_, err := b.conn.Exec(context.Background(), `INSERT INTO doublerun_jobs (kind, state, finalized_at)
+			SELECT 'k', 'completed', now() - interval '2 hours' FROM generate_series(1, $1::integer)`, retentionBatch)
+		require.NoError(t, err)
+		begin := time.Now()
+		sweep := retentionSweep{b.worker}
+		// The run starts at begin; its first statement ends exactly the
+		// budget later.
+		b.worker.now = sequence(begin, begin.Add(retentionBudget))
+		require.NoError(t, sweep.Sweep(context.Background(), leaderTerm))
+		require.Equal(t, int64(retentionBatch), b.worker.Stats().JobsDeleted, "one full statement, then out of time")
+		require.True(t, b.worker.keep.due(begin), "more to delete: due again at once")
+
+		b.worker.now = func() time.Time { return begin }
+		require.NoError(t, sweep.Sweep(context.Background(), leaderTerm))
+		require.Equal(t, int64(retentionBatch+1), b.worker.Stats().JobsDeleted, "the rest, in a short statement")
+		require.False(t, b.worker.keep.due(begin), "nothing left: due after the interval")
+	})
+
 	t.Run("LeaderDeletesOldFinishedJobsOncePerInterval", func(t *testing.T) {
 		t.Parallel()
 		b, ids := setup(t, 2)
@@ -78,4 +102,15 @@ func TestRetentionNegativeKeepsEverything(t *testing.T) {
 	require.NotNil(t, newWorker(t, config).keep, "the default keeps finished jobs a day")
 	config.Retention = -1
 	require.Nil(t, newWorker(t, config).keep)
+}
+
+// sequence returns a clock that answers times in turn and then the last
+// of them for ever.
+func sequence(times ...time.Time) func() time.Time {
+	i := 0
+	return func() time.Time {
+		t := times[min(i, len(times)-1)]
+		i++
+		return t
+	}
 }
