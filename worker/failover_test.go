@@ -47,12 +47,13 @@ const (
 	freezeAfter  = lotJobs / 5
 )
 
-// The child's settings: fast enough that a failover takes seconds, and
-// slow enough for a loaded machine: a leader's handlers must finish within
-// TTL - Margin of its last renewal, and its lease statements too.
+// The child's settings: a failover takes about a second, and a loaded
+// machine still keeps up: a leader's handlers must finish within TTL -
+// Margin (400 ms) of its last renewal, which they do with their runs going
+// straight to Postgres, and a leader renews ten times within its TTL.
 const (
-	childTTL        = time.Second
-	childVisibility = 2 * time.Second
+	childTTL        = 500 * time.Millisecond
+	childVisibility = time.Second
 	childPoll       = 50 * time.Millisecond
 	childWork       = 20 * time.Millisecond
 )
