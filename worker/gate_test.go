@@ -202,16 +202,19 @@ func TestBackoff(t *testing.T) {
 			5: 80 * time.Second, 6: 160 * time.Second, 7: 5 * time.Minute, 8: 5 * time.Minute,
 			100: 5 * time.Minute, 1 << 30: 5 * time.Minute,
 		} {
-			got := backoff(DefaultBackoffInitial, DefaultBackoffMultiplier, DefaultBackoffMax, failures)
+			got := returnsSoon(t, func() time.Duration {
+				return backoff(DefaultBackoffInitial, DefaultBackoffMultiplier, DefaultBackoffMax, failures)
+			})
 			require.Equal(t, want, got, "after %d failures", failures)
 		}
 	})
 
 	t.Run("TakesItsSettings", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, 90*time.Millisecond, backoff(10*time.Millisecond, 3, time.Second, 3))
-		require.Equal(t, time.Second, backoff(10*time.Millisecond, 3, time.Second, 6))
-		require.Equal(t, 7*time.Millisecond, backoff(7*time.Millisecond, 1, time.Second, 50), "multiplier 1 is a constant wait")
+		require.Equal(t, 90*time.Millisecond, returnsSoon(t, func() time.Duration { return backoff(10*time.Millisecond, 3, time.Second, 3) }))
+		require.Equal(t, time.Second, returnsSoon(t, func() time.Duration { return backoff(10*time.Millisecond, 3, time.Second, 6) }))
+		require.Equal(t, 7*time.Millisecond, returnsSoon(t, func() time.Duration { return backoff(7*time.Millisecond, 1, time.Second, 50) }),
+			"multiplier 1 is a constant wait")
 	})
 
 	t.Run("LoopWaitsTheBackoffAfterEachFault", func(t *testing.T) {
@@ -428,4 +431,22 @@ func TestSweepsNeedNoJobsTable(t *testing.T) {
 		require.True(t, rep.OK)
 	}
 	require.Zero(t, w.Stats().PollErrors)
+}
+
+// returnsSoon returns what f returns, failing the test if f has not
+// returned within a second. The back-off loops while its wait grows; with
+// multiplier 1 it never grows, and a broken loop count would spin for
+// ever: this way it fails the test instead of hanging it.
+func returnsSoon[T any](t *testing.T, f func() T) T {
+	t.Helper()
+	done := make(chan T, 1)
+	go func() { done <- f() }()
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(time.Second):
+		t.Fatal("did not return within a second")
+		var zero T
+		return zero
+	}
 }
