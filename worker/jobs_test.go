@@ -39,11 +39,8 @@ func TestJobs(t *testing.T) {
 			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"count": h}})
 			ids := b.enqueue(t, 25, "count")
 			start(t, b.worker)
-			for b.worker.Stats().JobsCompleted < 25 {
-				rep := b.worker.signals.completed.Wait()
-				require.NoError(t, rep.Err)
-			}
-			b.worker.Stop()
+			waitCompleted(t, b.worker, 25)
+			stop(t, b.worker)
 			require.Equal(t, map[string]int{StateCompleted: 25}, b.states(t))
 			for i, id := range ids {
 				n, ok := seen.Load(id)
@@ -184,7 +181,7 @@ func TestJobs(t *testing.T) {
 			case <-time.After(testsignal.DefaultTimeout):
 				t.Fatal("the job never ran")
 			}
-			b.worker.Stop()
+			stop(t, b.worker)
 			require.Equal(t, StateCompleted, b.job(t, id).State)
 		})
 	})
@@ -272,7 +269,7 @@ func TestJobs(t *testing.T) {
 					break
 				}
 			}
-			b.worker.Stop()
+			stop(t, b.worker)
 			require.Equal(t, int64(3), calls.Load())
 			require.Equal(t, []int{1, 2}, delays, "a retry delay after each failed attempt but the last")
 			row := b.job(t, ids[0])
