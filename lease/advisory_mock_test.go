@@ -149,7 +149,8 @@ func (r scriptedRow) Scan(dest ...any) error {
 // out, odd errors, and cancellation in mid-statement. Everything else is
 // tested against real Postgres in TestAdvisory.
 func TestAdvisoryMock(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it needs no server and runs before every test that
+	// does (see TestMain).
 
 	type testBundle struct {
 		lease *Advisory

@@ -13,7 +13,8 @@ import (
 // migrate at the very same moment: each way the loser of that race can
 // fail means the table exists, and anything else is an error.
 func TestCreateTable(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it needs no server and runs before every test that
+	// does (see TestMain).
 	for _, tt := range []struct {
 		name    string
 		err     error

@@ -18,7 +18,8 @@ import (
 // the lease gives up on it, and which transitions are logged. Everything
 // else is tested against real Postgres in TestFenced.
 func TestFencedMock(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it needs no server and runs before every test that
+	// does (see TestMain).
 
 	// setup returns a Fenced (holder "m", lease "doublerun") whose one
 	// connection is the returned script, and the messages it logs.
