@@ -52,6 +52,18 @@ func TestClassify(t *testing.T) {
 		require.Equal(t, "h:1/db: direct (first)", r.String())
 	})
 
+	t.Run("NamesTheEndpointWithoutCredentials", func(t *testing.T) {
+		t.Parallel()
+		for dsn, want := range map[string]string{
+			"postgres://u:secret@db.example:6432/app":    "db.example:6432/app",
+			"host=/var/run/postgresql user=u dbname=app": "/var/run/postgresql/app",
+		} {
+			cfg, err := pgx.ParseConfig(dsn)
+			require.NoError(t, err)
+			require.Equal(t, want, describeEndpoint(cfg))
+		}
+	})
+
 	t.Run("NamesAUnixSocket", func(t *testing.T) {
 		t.Parallel()
 		r := classify(endpointSample{clients: []clientSample{client(10, 10)}})

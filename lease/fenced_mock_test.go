@@ -40,7 +40,7 @@ func TestFencedMock(t *testing.T) {
 	// later than that could not be led on anyway.
 	t.Run("GivesUpOnAPollAfterTTLMinusMargin", func(t *testing.T) {
 		t.Parallel()
-		const ttl, margin = 2 * time.Second, time.Second
+		const ttl, margin = 600 * time.Millisecond, 300 * time.Millisecond
 		f, c, _ := setup(t, ttl, margin)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1)).WillDelayFor(time.Hour)
 		start := time.Now()
@@ -54,7 +54,7 @@ func TestFencedMock(t *testing.T) {
 
 	t.Run("GivesUpOnAReleaseAfterTTLMinusMargin", func(t *testing.T) {
 		t.Parallel()
-		const ttl, margin = 2 * time.Second, time.Second
+		const ttl, margin = 600 * time.Millisecond, 300 * time.Millisecond
 		f, c, _ := setup(t, ttl, margin)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1))
 		c.ExpectQuery(f.release).WithArgs(name, holder, int64(1), fencedChannel).WillDelayFor(time.Hour)
@@ -66,6 +66,48 @@ func TestFencedMock(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.ErrorContains(t, err, "expires by itself after the TTL")
 		require.Less(t, waited, ttl, "the release waited past TTL - Margin")
+	})
+
+	// The trust deadline is start + TTL - Margin on the local clock,
+	// whatever the server says: TestFenced/TrustsItsLeaseOnlyUntilTTLMinusMargin
+	// shows the same against Postgres.
+	t.Run("TrustsAnAnswerOnlyBeforeTTLMinusMargin", func(t *testing.T) {
+		t.Parallel()
+		const ttl, margin = 10 * time.Second, 2 * time.Second
+		t0 := time.Now()
+		for _, tt := range []struct {
+			name     string
+			answered time.Duration // after the poll was sent, on the local clock
+			want     Status
+		}{
+			{"BeforeTheDeadline", ttl - margin - time.Millisecond, Leader},
+			{"AtTheDeadline", ttl - margin, Follower},
+			{"WithinTheTTLButPastTheMargin", ttl - margin/2, Follower},
+			{"AfterTheTTL", ttl + time.Second, Follower},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				f, c, _ := setup(t, ttl, margin)
+				c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(5))
+				f.now = fakeClock(t0, t0.Add(tt.answered))
+				ctx := testCtx(t)
+				res := mustTry(t, ctx, f)
+				require.Equal(t, tt.want, res.Status)
+				if tt.want == Leader {
+					require.Equal(t, t0.Add(ttl-margin), f.Deadline())
+					require.Equal(t, Term{Name: name, Holder: holder, Token: 5}, res.Term)
+					return
+				}
+				require.Zero(t, f.Deadline())
+				require.Zero(t, res.Term)
+				// The term granted is kept, so a prompt poll renews it.
+				c.ExpectQuery(f.renew).WithArgs(name, holder, int64(5), ms(ttl)).WillReturnRow(int64(5))
+				f.now = fakeClock(t0, t0)
+				res = mustTry(t, ctx, f)
+				require.Equal(t, Leader, res.Status)
+				require.Equal(t, int64(5), res.Term.Token)
+			})
+		}
 	})
 
 	// A fault drops the connection but keeps the term; a release that then
