@@ -215,6 +215,21 @@ func TestFencedWaitMock(t *testing.T) {
 		require.True(t, l.isClosed())
 	})
 
+	// The bound can end while the expiry is read: that is the end of the
+	// wait, not a fault.
+	t.Run("BoundEndingDuringTheExpiryReadIsFollower", func(t *testing.T) {
+		t.Parallel()
+		const bound = 100 * time.Millisecond
+		f, l := setup(t, bound)
+		l.ExpectQuery(listenSQL)
+		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnError(pgx.ErrNoRows)
+		l.ExpectQuery(f.termLeftSQL).WithArgs(name).WillReturnRow(int64(3000)).WillDelayFor(time.Hour)
+		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnError(pgx.ErrNoRows)
+		res, err := f.Acquire(testCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, Result{Status: Follower}, res)
+	})
+
 	t.Run("FailedExpiryReadIsFaulted", func(t *testing.T) {
 		t.Parallel()
 		f, l := setup(t, 10*time.Second)
