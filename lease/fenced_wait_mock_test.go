@@ -205,6 +205,23 @@ func TestFencedWaitMock(t *testing.T) {
 		require.True(t, l.isClosed())
 	})
 
+	// LISTEN is a statement like a poll's: an answer later than TTL -
+	// Margin could not be led on anyway.
+	t.Run("ListenGivesUpAfterTTLMinusMargin", func(t *testing.T) {
+		t.Parallel()
+		const ttl, margin = 600 * time.Millisecond, 300 * time.Millisecond
+		f, l := setup(t, 10*time.Second)
+		f.cfg.TTL, f.cfg.Margin = ttl, margin
+		l.ExpectQuery(listenSQL).WillDelayFor(time.Hour)
+		start := time.Now()
+		res := mustAcquire(t, testCtx(t), f)
+		waited := time.Since(start)
+		require.Equal(t, Faulted, res.Status)
+		require.ErrorIs(t, res.Err, context.DeadlineExceeded)
+		require.GreaterOrEqual(t, waited, ttl-margin)
+		require.Less(t, waited, ttl, "LISTEN waited past TTL - Margin")
+	})
+
 	t.Run("FailedListenIsFaulted", func(t *testing.T) {
 		t.Parallel()
 		f, l := setup(t, 10*time.Second)
