@@ -16,7 +16,8 @@ import (
 )
 
 func TestFencedConfig(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it needs no server and runs before every test that
+	// does (see TestMain).
 
 	t.Run("AppliesDefaults", func(t *testing.T) {
 		t.Parallel()
