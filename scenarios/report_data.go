@@ -3,7 +3,9 @@ package scenarios
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/oracle"
@@ -25,10 +27,12 @@ type Report struct {
 	Wall     oracle.Duration `json:"wall_ms"`
 	// GapTolerance is the oracle option the leaderless window used.
 	GapTolerance oracle.Duration `json:"gap_tolerance_ms"`
-	Replicas     []ReplicaInfo   `json:"replicas"`
-	Metrics      oracle.Metrics  `json:"metrics"`
-	Verdict      Verdict         `json:"verdict"`
-	History      oracle.History  `json:"history"`
+	// OrphanTolerance is the oracle option the orphaned-lock window used.
+	OrphanTolerance oracle.Duration `json:"orphan_tolerance_ms"`
+	Replicas        []ReplicaInfo   `json:"replicas"`
+	Metrics         oracle.Metrics  `json:"metrics"`
+	Verdict         Verdict         `json:"verdict"`
+	History         oracle.History  `json:"history"`
 }
 
 // StackInfo says where a run happened.
@@ -38,6 +42,41 @@ type StackInfo struct {
 	Work          string `json:"work_endpoint"`
 	PgBouncer     string `json:"pgbouncer_version,omitempty"`
 	LeaseEndpoint string `json:"lease_endpoint_check"`
+	// Versions names the servers of the stack, PgBouncer's too on a direct
+	// run, where the work endpoint's PgBouncer version is empty.
+	Versions VersionsInfo `json:"versions"`
+}
+
+// VersionsInfo is the exact server versions a run measured.
+type VersionsInfo struct {
+	// Set is the version set the servers make up, such as
+	// "pg17-pgbouncer1.24", read from the servers.
+	Set       string `json:"set"`
+	Postgres  string `json:"postgres"`
+	PgBouncer string `json:"pgbouncer"`
+	// Note says when a version set was asked for that the servers are
+	// not (the native provider runs the host's binaries).
+	Note string `json:"note,omitempty"`
+}
+
+// String is the versions as one line, such as "pg17-pgbouncer1.24
+// (Postgres 17.12 (Debian 17.12-0+deb13u1), PgBouncer 1.24.1)", with the
+// note after it.
+func (v VersionsInfo) String() string {
+	if v.Set == "" {
+		return "unknown"
+	}
+	s := fmt.Sprintf("%s (Postgres %s, PgBouncer %s)", v.Set, v.Postgres, v.PgBouncer)
+	if v.Note != "" {
+		s += "; " + v.Note
+	}
+	return s
+}
+
+// StackVersions is what VersionsInfo a run on s reports.
+func StackVersions(s *stack.Stack) VersionsInfo {
+	v := s.Versions()
+	return VersionsInfo{Set: v.Set, Postgres: v.Postgres, PgBouncer: v.PgBouncer, Note: s.VersionsNote()}
 }
 
 // ReplicaInfo is one replica process.
@@ -50,20 +89,22 @@ type ReplicaInfo struct {
 
 func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
 	rep := &Report{
-		Schema:       ReportSchema,
-		Scenario:     r.sc,
-		Began:        r.began,
-		Wall:         oracle.Duration(time.Since(r.began)),
-		GapTolerance: oracle.Duration(r.gapTolerance()),
-		Metrics:      m,
-		Verdict:      Judge(r.sc.Expect, m, len(h.Intervals)),
-		History:      h,
+		Schema:          ReportSchema,
+		Scenario:        r.sc,
+		Began:           r.began,
+		Wall:            oracle.Duration(time.Since(r.began)),
+		GapTolerance:    oracle.Duration(r.gapTolerance()),
+		OrphanTolerance: oracle.Duration(lockWatchInterval),
+		Metrics:         m,
+		Verdict:         Judge(r.sc.Expect, m, len(h.Intervals)),
+		History:         h,
 		Stack: StackInfo{
 			Provider:      string(r.opts.Stack.Provider()),
 			Lease:         describe(r.leaseEP),
 			Work:          describe(r.workEP),
 			PgBouncer:     r.workEP.Version,
 			LeaseEndpoint: r.leaseCheck,
+			Versions:      StackVersions(r.opts.Stack),
 		},
 	}
 	r.mu.Lock()
@@ -90,7 +131,12 @@ func describe(ep stack.Endpoint) string {
 	if ep.Direct() {
 		return "postgres (direct)"
 	}
-	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", ep.Name, ep.Version, ep.PoolMode, ep.PoolSize)
+	name := ep.Name
+	if u, err := url.Parse(ep.DSN); err == nil && strings.HasSuffix(u.Path, aliasLeaseSuffix) {
+		// The alias topology's lease name on the one bouncer.
+		name += " database " + strings.TrimPrefix(u.Path, "/")
+	}
+	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", name, ep.Version, ep.PoolMode, ep.PoolSize)
 }
 
 // BackendPIDs returns, per replica, the backend PIDs its lease held while

@@ -25,6 +25,10 @@ type Cell struct {
 	// server of the stack that no longer answered (PgBouncer 1.18 can
 	// crash on a cancel request; see package chaos, "Findings").
 	Notes []string
+	// Versions is the version set the cell ran on, as the stack's servers
+	// make it up (stack.Versions.Set); the report has the exact versions.
+	// It groups a matrix run on several sets (SummarySets).
+	Versions string
 }
 
 // Verdict is the cell's report's verdict, and a failed one when the cell
@@ -99,12 +103,13 @@ func Summary(cells []Cell, wall time.Duration) string {
 	failed := Failed(cells)
 	fmt.Fprintf(&b, "# Chaos matrix\n\n%d cells, %d matched their expectation, %d did not; wall time %s.\n\n",
 		len(cells), len(cells)-len(failed), len(failed), wall.Round(time.Second))
-	b.WriteString("| strategy | fault | topology | double-run (episodes) | leaderless | stale writes accepted / rejected | expect | verdict |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString(versionsLine(cells))
+	b.WriteString("| strategy | fault | topology | double-run (episodes) | leaderless | orphaned lock (episodes) | stale writes accepted / rejected | expect | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range sorted {
 		sc := c.Scenario
 		if c.Report == nil {
-			fmt.Fprintf(&b, "| %s | %s | %s | - | - | - | %s | **ERROR** |\n", sc.Strategy, sc.Fault, sc.Topology, sc.Expect)
+			fmt.Fprintf(&b, "| %s | %s | %s | - | - | - | - | %s | **ERROR** |\n", sc.Strategy, sc.Fault, sc.Topology, sc.Expect)
 			continue
 		}
 		m := c.Report.Metrics
@@ -115,9 +120,9 @@ func Summary(cells []Cell, wall time.Duration) string {
 		case !c.Report.Verdict.Pass:
 			verdict = "**FAIL**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s (%d) | %s | %d / %d | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s (%d) | %s | %s (%d) | %d / %d | %s | %s |\n",
 			sc.Strategy, sc.Fault, sc.Topology, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total,
-			m.StaleWrites.Accepted, m.StaleWrites.Rejected, sc.Expect, verdict)
+			m.Orphaned.Total, m.Orphaned.Episodes, m.StaleWrites.Accepted, m.StaleWrites.Rejected, sc.Expect, verdict)
 	}
 	if len(failed) > 0 {
 		b.WriteString("\n## Cells that did not match their expectation\n\n")
