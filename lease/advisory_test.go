@@ -58,6 +58,7 @@ func TestAdvisoryConfig(t *testing.T) {
 		{"RejectsANegativeProbeTimeout", AdvisoryConfig{DSN: "postgres://localhost/db", ProbeTimeout: -time.Second}, "ProbeTimeout"},
 		{"RejectsABadTokenTable", AdvisoryConfig{DSN: "postgres://localhost/db", TokenTable: "a.b.c"}, "TokenTable"},
 		{"RejectsAnUnparseableDSN", AdvisoryConfig{DSN: "postgres://localhost:notaport/db"}, "parse DSN"},
+		{"RejectsAWaitTimeoutBelowAMillisecond", AdvisoryConfig{DSN: "postgres://localhost/db", WaitTimeout: time.Microsecond}, "WaitTimeout"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
