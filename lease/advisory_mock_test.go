@@ -203,7 +203,7 @@ func TestAdvisoryMock(t *testing.T) {
 		expectAcquire(c2, true, 43)
 		expectGrant(b.lease, c2, 2)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
 		start := time.Now()
 		res := mustTry(t, ctx, b.lease)
@@ -223,7 +223,7 @@ func TestAdvisoryMock(t *testing.T) {
 		c1.ExpectQuery(advisoryProbeSQL).WillReturnError(io.ErrUnexpectedEOF)
 		expectAcquire(c2, false, 43)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
 		res := mustTry(t, ctx, b.lease)
 		require.Equal(t, Follower, res.Status, "the lock is held elsewhere now: a healthy follower, not a fault")
@@ -239,7 +239,7 @@ func TestAdvisoryMock(t *testing.T) {
 		expectAcquire(c2, true, 43)
 		expectGrant(b.lease, c2, 7)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		res := mustTry(t, ctx, b.lease)
 		require.Equal(t, Faulted, res.Status)
 		var pgErr *pgconn.PgError
@@ -260,7 +260,7 @@ func TestAdvisoryMock(t *testing.T) {
 		c1.ExpectQuery(b.lease.grantSQL).WithArgs("doublerun").
 			WillReturnError(&pgconn.PgError{Severity: "ERROR", Code: "42501", Message: "permission denied for table doublerun_lease_tokens"})
 
-		res := mustTry(t, testCtx(t), b.lease)
+		res := mustTry(t, mockCtx(t), b.lease)
 		require.Equal(t, Faulted, res.Status)
 		require.ErrorContains(t, res.Err, "grant fencing token")
 		require.True(t, c1.isClosed(), "closing the connection is what frees the lock just taken")
@@ -270,7 +270,7 @@ func TestAdvisoryMock(t *testing.T) {
 	t.Run("ConnectErrorIsFaulted", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 0, time.Second)
-		res := mustTry(t, testCtx(t), b.lease)
+		res := mustTry(t, mockCtx(t), b.lease)
 		require.Equal(t, Faulted, res.Status)
 		require.ErrorContains(t, res.Err, "no more connections")
 	})
@@ -283,7 +283,7 @@ func TestAdvisoryMock(t *testing.T) {
 		expectGrant(b.lease, c1, 1)
 		expectProbe(c1, 42).WillDelayFor(10 * time.Second)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
 		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
@@ -303,7 +303,7 @@ func TestAdvisoryMock(t *testing.T) {
 		c1 := b.conns[0]
 		c1.ExpectQuery(advisoryWaitSQL).WithArgs(int32(271), int32(1), "200ms").WillReturnRow(nil, int32(42)).WillDelayFor(time.Hour)
 
-		ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+		ctx, cancel := context.WithTimeout(mockCtx(t), 10*time.Second)
 		defer cancel()
 		start := time.Now()
 		res, err := b.lease.Acquire(ctx)
@@ -321,7 +321,7 @@ func TestAdvisoryMock(t *testing.T) {
 		c1 := b.conns[0]
 		expectAcquire(c1, true, 42).WillDelayFor(10 * time.Second)
 
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(mockCtx(t))
 		time.AfterFunc(50*time.Millisecond, cancel)
 		res, err := b.lease.TryAcquire(ctx)
 		require.ErrorIs(t, err, context.Canceled)
@@ -340,7 +340,7 @@ func TestAdvisoryMock(t *testing.T) {
 		expectAcquire(c2, true, 44)
 		expectGrant(b.lease, c2, 2)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
 		require.Equal(t, int32(42), b.lease.BackendPID())
 		res := mustTry(t, ctx, b.lease)
@@ -359,7 +359,7 @@ func TestAdvisoryMock(t *testing.T) {
 		expectGrant(b.lease, c1, 1)
 		expectProbe(c1, 43)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		first := mustTry(t, ctx, b.lease)
 		require.Equal(t, Leader, first.Status)
 		require.Equal(t, first, mustTry(t, ctx, b.lease))
@@ -375,7 +375,7 @@ func TestAdvisoryMock(t *testing.T) {
 		expectProbe(c1, 42)
 		expectProbe(c1, 42)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		first := mustTry(t, ctx, b.lease)
 		require.Equal(t, Leader, first.Status)
 		require.Equal(t, first, mustTry(t, ctx, b.lease))
@@ -390,7 +390,7 @@ func TestAdvisoryMock(t *testing.T) {
 		expectAcquire(c1, false, 42)
 		expectAcquire(c1, false, 42)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		for range 2 {
 			res := mustTry(t, ctx, b.lease)
 			require.Equal(t, Result{Status: Follower}, res)
@@ -402,7 +402,7 @@ func TestAdvisoryMock(t *testing.T) {
 	t.Run("CancelledCallRunsNoStatement", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 0, time.Second)
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(mockCtx(t))
 		cancel()
 		res, err := b.lease.TryAcquire(ctx)
 		require.ErrorIs(t, err, context.Canceled)
@@ -417,7 +417,7 @@ func TestAdvisoryMock(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(mockCtx(t))
 		time.AfterFunc(50*time.Millisecond, cancel)
 		res, err := b.lease.TryAcquire(ctx)
 		require.ErrorIs(t, err, context.Canceled)
@@ -431,7 +431,7 @@ func TestAdvisoryMock(t *testing.T) {
 		expectAcquire(c1, true, 42)
 		c1.ExpectQuery(b.lease.grantSQL).WithArgs("doublerun").WillReturnRow(int64(1)).WillDelayFor(10 * time.Second)
 
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(mockCtx(t))
 		time.AfterFunc(50*time.Millisecond, cancel)
 		res, err := b.lease.TryAcquire(ctx)
 		require.ErrorIs(t, err, context.Canceled)
@@ -454,7 +454,7 @@ func TestAdvisoryMock(t *testing.T) {
 		c2.ExpectQuery(advisoryWaitSQL).WithArgs(int32(271), int32(1), "200ms").WillReturnRow(nil, int32(43))
 		expectGrant(b.lease, c2, 3)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Result{Status: Follower}, mustAcquire(t, ctx, b.lease))
 		require.False(t, c1.isClosed(), "a wait that ran out keeps its connection")
 		res := mustAcquire(t, ctx, b.lease)
@@ -488,7 +488,7 @@ func TestAdvisoryMock(t *testing.T) {
 				expectGrant(b.lease, c1, 1)
 				tt.unlock(c1.ExpectQuery(advisoryReleaseSQL).WithArgs(int32(271), int32(1)))
 
-				ctx := testCtx(t)
+				ctx := mockCtx(t)
 				require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
 				err := b.lease.Release(ctx)
 				if tt.want == "" {

@@ -46,7 +46,7 @@ func TestFencedMock(t *testing.T) {
 		f, c, _ := setup(t, ttl, margin)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1)).WillDelayFor(time.Hour)
 		start := time.Now()
-		res := mustTry(t, testCtx(t), f)
+		res := mustTry(t, mockCtx(t), f)
 		waited := time.Since(start)
 		require.Equal(t, Faulted, res.Status)
 		require.ErrorIs(t, res.Err, context.DeadlineExceeded)
@@ -60,7 +60,7 @@ func TestFencedMock(t *testing.T) {
 		f, c, _ := setup(t, ttl, margin)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1))
 		c.ExpectQuery(f.release).WithArgs(name, holder, int64(1), fencedChannel).WillDelayFor(time.Hour)
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, f).Status)
 		start := time.Now()
 		err := f.Release(ctx)
@@ -92,7 +92,7 @@ func TestFencedMock(t *testing.T) {
 				f, c, _ := setup(t, ttl, margin)
 				c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(5))
 				f.now = fakeClock(t0, t0.Add(tt.answered))
-				ctx := testCtx(t)
+				ctx := mockCtx(t)
 				res := mustTry(t, ctx, f)
 				require.Equal(t, tt.want, res.Status)
 				if tt.want == Leader {
@@ -120,7 +120,7 @@ func TestFencedMock(t *testing.T) {
 		f, c, _ := setup(t, ttl, 0)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(1))
 		c.ExpectQuery(f.renew).WithArgs(name, holder, int64(1), ms(ttl)).WillReturnError(io.ErrUnexpectedEOF)
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, f).Status)
 		require.Equal(t, Faulted, mustTry(t, ctx, f).Status)
 		require.True(t, c.isClosed(), "the fault dropped the connection")
@@ -145,7 +145,7 @@ func TestFencedMock(t *testing.T) {
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnError(pgx.ErrNoRows)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnError(pgx.ErrNoRows)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		for _, want := range []Status{Follower, Leader, Leader, Leader, Follower, Follower} {
 			require.Equal(t, want, mustTry(t, ctx, f).Status)
 		}
@@ -154,7 +154,7 @@ func TestFencedMock(t *testing.T) {
 	t.Run("CancelledCallRunsNoStatement", func(t *testing.T) {
 		t.Parallel()
 		f, _, _ := setup(t, time.Second, 0)
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(mockCtx(t))
 		cancel()
 		res, err := f.TryAcquire(ctx)
 		require.ErrorIs(t, err, context.Canceled)
@@ -167,7 +167,7 @@ func TestFencedMock(t *testing.T) {
 		f, c, _ := setup(t, ttl, 0)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(4))
 		c.ExpectQuery(f.renew).WithArgs(name, holder, int64(4), ms(ttl)).WillReturnRow(int64(4)).WillDelayFor(10 * time.Second)
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, f).Status)
 		cctx, cancel := context.WithCancel(ctx)
 		time.AfterFunc(50*time.Millisecond, cancel)
@@ -184,7 +184,7 @@ func TestFencedMock(t *testing.T) {
 		f, c, _ := setup(t, ttl, 0)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).
 			WillReturnError(&pgconn.PgError{Severity: "ERROR", Code: "42P01", Message: `relation "doublerun_leases" does not exist`})
-		res := mustTry(t, testCtx(t), f)
+		res := mustTry(t, mockCtx(t), f)
 		require.Equal(t, Faulted, res.Status)
 		require.ErrorContains(t, res.Err, "grant: ")
 		require.ErrorContains(t, res.Err, "lease.MigrateFenced", "a missing table gets the hint")
@@ -195,7 +195,7 @@ func TestFencedMock(t *testing.T) {
 		t.Parallel()
 		f, _, _ := setup(t, time.Second, 0)
 		f.connect = func(context.Context) (conn, error) { return nil, errors.New("connection refused") }
-		res := mustTry(t, testCtx(t), f)
+		res := mustTry(t, mockCtx(t), f)
 		require.Equal(t, Faulted, res.Status)
 		require.ErrorContains(t, res.Err, "connect: connection refused")
 	})
@@ -205,7 +205,7 @@ func TestFencedMock(t *testing.T) {
 		const ttl = time.Second
 		f, c, _ := setup(t, ttl, 0)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnError(pgx.ErrNoRows)
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Follower, mustTry(t, ctx, f).Status)
 		require.NoError(t, f.Release(ctx))
 		require.NoError(t, f.Close(ctx))
@@ -218,7 +218,7 @@ func TestFencedMock(t *testing.T) {
 		f, c, _ := setup(t, ttl, 0)
 		c.ExpectQuery(f.grant).WithArgs(name, holder, ms(ttl)).WillReturnRow(int64(6))
 		c.ExpectQuery(f.release).WithArgs(name, holder, int64(6), fencedChannel)
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Leader, mustTry(t, ctx, f).Status)
 		require.NoError(t, f.Release(ctx))
 		require.Zero(t, f.term)
@@ -232,7 +232,7 @@ func TestFencedMock(t *testing.T) {
 func TestFencedWithoutServer(t *testing.T) {
 	// Not parallel: it needs no server and runs before every test that
 	// does (see TestMain).
-	ctx := testCtx(t)
+	ctx := mockCtx(t)
 
 	t.Run("NewFencedRejectsABadConfig", func(t *testing.T) {
 		_, err := NewFenced(ctx, FencedConfig{DSN: "postgres://localhost/db", TTL: -time.Second})
@@ -298,7 +298,7 @@ func TestFenceWithoutServer(t *testing.T) {
 			if tt.answer != nil {
 				tt.answer(c.ExpectQuery(query).WithArgs(name))
 			}
-			err := fence(testCtx(t), scriptedTx{c: c}, table, name, tt.term)
+			err := fence(mockCtx(t), scriptedTx{c: c}, table, name, tt.term)
 			require.NoError(t, c.met())
 			switch {
 			case tt.text == "":

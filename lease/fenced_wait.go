@@ -126,14 +126,16 @@ func (f *Fenced) listen(ctx context.Context) error {
 		return nil
 	}
 	// A done context makes WaitForNotification return what pgx has
-	// buffered, and then an error without reading the socket.
+	// buffered, and then an error without reading the socket. ctx bounds
+	// the loop all the same: it runs with f.mu held.
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	for {
+	for ctx.Err() == nil {
 		if got, _ := n.WaitForNotification(done); got == nil {
 			return nil
 		}
 	}
+	return ctx.Err()
 }
 
 // waitForRelease waits until this lease is released, the current term

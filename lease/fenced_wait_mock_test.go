@@ -88,7 +88,7 @@ func TestFencedWaitMock(t *testing.T) {
 		time.AfterFunc(50*time.Millisecond, func() { l.notify(name) })
 
 		start := time.Now()
-		res := mustAcquire(t, testCtx(t), f)
+		res := mustAcquire(t, mockCtx(t), f)
 		waited := time.Since(start)
 		require.Equal(t, Leader, res.Status)
 		require.Equal(t, int64(8), res.Term.Token)
@@ -105,7 +105,7 @@ func TestFencedWaitMock(t *testing.T) {
 		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnRow(int64(3))
 
 		start := time.Now()
-		res := mustAcquire(t, testCtx(t), f)
+		res := mustAcquire(t, mockCtx(t), f)
 		require.Equal(t, Leader, res.Status)
 		waited := time.Since(start)
 		require.GreaterOrEqual(t, waited, 50*time.Millisecond, "it waited for the term's expiry")
@@ -137,7 +137,7 @@ func TestFencedWaitMock(t *testing.T) {
 				l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnError(pgx.ErrNoRows)
 
 				start := time.Now()
-				res, err := f.Acquire(testCtx(t))
+				res, err := f.Acquire(mockCtx(t))
 				require.NoError(t, err, "the lease's own bound ends the wait, not the caller's context")
 				require.Equal(t, Result{Status: Follower}, res)
 				waited := time.Since(start)
@@ -160,7 +160,7 @@ func TestFencedWaitMock(t *testing.T) {
 		expectHeld(f, l, 3000)
 		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnError(pgx.ErrNoRows)
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.Equal(t, Follower, mustAcquire(t, ctx, f).Status)
 		l.notify(name)
 		l.notify(name)
@@ -177,7 +177,7 @@ func TestFencedWaitMock(t *testing.T) {
 		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnRow(int64(2))
 		l.ExpectQuery(f.renew).WithArgs(name, holder, int64(2), ms).WillReturnRow(int64(2))
 
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		first := mustAcquire(t, ctx, f)
 		require.Equal(t, Leader, first.Status)
 		require.Equal(t, first, mustAcquire(t, ctx, f))
@@ -188,7 +188,7 @@ func TestFencedWaitMock(t *testing.T) {
 		f, l := setup(t, 10*time.Second)
 		f.wakes = false
 		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnError(pgx.ErrNoRows)
-		require.Equal(t, Result{Status: Follower}, mustAcquire(t, testCtx(t), f))
+		require.Equal(t, Result{Status: Follower}, mustAcquire(t, mockCtx(t), f))
 	})
 
 	t.Run("CancelledWaitPassesThroughAndDropsTheConnection", func(t *testing.T) {
@@ -197,7 +197,7 @@ func TestFencedWaitMock(t *testing.T) {
 		l.ExpectQuery(listenSQL)
 		expectHeld(f, l, time.Minute.Milliseconds())
 
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(mockCtx(t))
 		time.AfterFunc(50*time.Millisecond, cancel)
 		res, err := f.Acquire(ctx)
 		require.ErrorIs(t, err, context.Canceled)
@@ -214,7 +214,7 @@ func TestFencedWaitMock(t *testing.T) {
 		f.cfg.TTL, f.cfg.Margin = ttl, margin
 		l.ExpectQuery(listenSQL).WillDelayFor(time.Hour)
 		start := time.Now()
-		res := mustAcquire(t, testCtx(t), f)
+		res := mustAcquire(t, mockCtx(t), f)
 		waited := time.Since(start)
 		require.Equal(t, Faulted, res.Status)
 		require.ErrorIs(t, res.Err, context.DeadlineExceeded)
@@ -226,7 +226,7 @@ func TestFencedWaitMock(t *testing.T) {
 		t.Parallel()
 		f, l := setup(t, 10*time.Second)
 		l.ExpectQuery(listenSQL).WillReturnError(io.ErrUnexpectedEOF)
-		res := mustAcquire(t, testCtx(t), f)
+		res := mustAcquire(t, mockCtx(t), f)
 		require.Equal(t, Faulted, res.Status)
 		require.ErrorContains(t, res.Err, "listen: ")
 		require.True(t, l.isClosed())
@@ -242,7 +242,7 @@ func TestFencedWaitMock(t *testing.T) {
 		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnError(pgx.ErrNoRows)
 		l.ExpectQuery(f.termLeftSQL).WithArgs(name).WillReturnRow(int64(3000)).WillDelayFor(time.Hour)
 		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnError(pgx.ErrNoRows)
-		res, err := f.Acquire(testCtx(t))
+		res, err := f.Acquire(mockCtx(t))
 		require.NoError(t, err)
 		require.Equal(t, Result{Status: Follower}, res)
 	})
@@ -253,7 +253,7 @@ func TestFencedWaitMock(t *testing.T) {
 		l.ExpectQuery(listenSQL)
 		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnError(pgx.ErrNoRows)
 		l.ExpectQuery(f.termLeftSQL).WithArgs(name).WillReturnError(io.ErrUnexpectedEOF)
-		res := mustAcquire(t, testCtx(t), f)
+		res := mustAcquire(t, mockCtx(t), f)
 		require.Equal(t, Faulted, res.Status)
 		require.ErrorContains(t, res.Err, "read the term's expiry")
 	})
@@ -261,7 +261,7 @@ func TestFencedWaitMock(t *testing.T) {
 	t.Run("ClosedLeaseIsFaulted", func(t *testing.T) {
 		t.Parallel()
 		f, _ := setup(t, 10*time.Second)
-		ctx := testCtx(t)
+		ctx := mockCtx(t)
 		require.NoError(t, f.Close(ctx))
 		require.Equal(t, Result{Status: Faulted, Err: ErrClosed}, mustAcquire(t, ctx, f))
 	})

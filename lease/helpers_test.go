@@ -26,6 +26,16 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// mockCtx bounds a test against a scripted conn, whose every answer
+// comes at once unless the script delays it: a call that hangs fails the
+// test in seconds.
+func mockCtx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // serverBundle is what a test against a server starts from: a database
 // of its own, a bounded context, and a direct connection for pg_locks,
 // pg_stat_activity and pg_terminate_backend.
