@@ -5,8 +5,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/oracle"
 )
 
 // Markdown renders a run's report as report.md: what ran, where, and a
@@ -31,7 +33,7 @@ func Markdown(r *scenarios.Report) string {
 	row("**leaderless window**", fmt.Sprintf("%s in %d episodes (longest %s; gaps ≤ %s ignored)", m.Leaderless.Total, m.Leaderless.Episodes, m.Leaderless.Longest, r.GapTolerance))
 	fo := "-"
 	if m.FailoverLatency != nil {
-		fo = m.FailoverLatency.String()
+		fo = failoverText(*m.FailoverLatency, m.FailoverFrom)
 	}
 	row("failover latency", fo)
 	row("most leaders at once", fmt.Sprint(m.MaxConcurrentLeaders))
@@ -51,4 +53,17 @@ func Markdown(r *scenarios.Report) string {
 	}
 	row("**verdict**", fmt.Sprintf("%s (expected %s): %s", verdict, r.Verdict.Expect, r.Verdict.Reason))
 	return b.String()
+}
+
+// failoverText is a failover latency with where it is measured from, to
+// a tenth of a millisecond: a waiting lease fails over in a few.
+func failoverText(d oracle.Duration, from string) string {
+	v := time.Duration(d).Round(100 * time.Microsecond).String()
+	switch from {
+	case oracle.FailoverFromInjection:
+		return v + " from the fault's injection"
+	case oracle.FailoverFromFault:
+		return v + " from the fault event (before the fault waited for its moment)"
+	}
+	return v
 }
