@@ -144,7 +144,9 @@ func TestAnalyzeFailoverLatency(t *testing.T) {
 	t.Parallel()
 	fault := func(ms int) Event { return Event{Kind: EventFault, Replica: "a", At: at(ms)} }
 	injected := func(ms int) Event { return Event{Kind: EventInjected, Replica: "a", At: at(ms)} }
-	killed := func(replica string, ms int) Event { return Event{Kind: EventReplicaKilled, Replica: replica, At: at(ms)} }
+	killed := func(replica string, ms int) Event {
+		return Event{Kind: EventReplicaKilled, Replica: replica, At: at(ms)}
+	}
 	healed := func(ms int) Event { return Event{Kind: EventHealed, At: at(ms)} }
 	grants := []Grant{{"a", 1, at(0)}, {"b", 2, at(1200)}}
 	const inj, flt = FailoverFromInjection, FailoverFromFault
