@@ -24,6 +24,12 @@
 //	reproduces  a double-run must appear (a known limitation)
 //	fenced      double-runs allowed, no accepted stale write
 //	-           the fault does not apply
+//	refused     the strategy refuses the topology's lease endpoint, so the
+//	            cell cannot run: advisory-wait on transaction, where a
+//	            waiting follower would hold a pooled server connection
+//	            (lease.Advisory with Wait refuses a transaction-pooled
+//	            endpoint; scenarios.CheckStrategyTopology rejects the
+//	            scenario with that reason before any replica starts)
 //
 // The expectations come from two full runs of the matrix on every topology
 // (native provider, PgBouncer 1.18, PostgreSQL 15, a busy 2-core machine)
@@ -32,58 +38,58 @@
 // is no way for one to appear; fenced where some runs did and some did not,
 // or where the lease's TTL is what the fault plays on.
 //
-//	DIRECT                    advisory            advisory-unguarded  fenced
-//	none                      safe                safe                safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               safe                safe                safe
-//	FREEZE_LEADER             safe                safe                fenced
-//	PARTITION_LEADER          safe                safe                fenced
-//	DELAY_LEADER              safe                safe                fenced
-//	PGBOUNCER_PAUSE           -                   -                   -
-//	PGBOUNCER_KILL            -                   -                   -
-//	PGBOUNCER_RECONNECT       -                   -                   -
-//	PGBOUNCER_RESTART         -                   -                   -
-//	POSTGRES_RESTART          fenced              fenced              fenced
-//	GRACEFUL_HANDOVER         safe                safe                safe
-//	SESSION                   advisory            advisory-unguarded  fenced
-//	none                      safe                safe                safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               safe                safe                safe
-//	FREEZE_LEADER             safe                safe                fenced
-//	PARTITION_LEADER          safe                safe                fenced
-//	DELAY_LEADER              safe                safe                fenced
-//	PGBOUNCER_PAUSE           safe                safe                safe
-//	PGBOUNCER_KILL            fenced              fenced              safe
-//	PGBOUNCER_RECONNECT       safe                safe                safe
-//	PGBOUNCER_RESTART         fenced              fenced              safe
-//	POSTGRES_RESTART          fenced              fenced              fenced
-//	GRACEFUL_HANDOVER         safe                safe                safe
-//	TRANSACTION               advisory            advisory-unguarded  fenced
-//	none                      reproduces          reproduces          safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               reproduces          reproduces          safe
-//	FREEZE_LEADER             reproduces          reproduces          fenced
-//	PARTITION_LEADER          reproduces          reproduces          fenced
-//	DELAY_LEADER              reproduces          reproduces          fenced
-//	PGBOUNCER_PAUSE           reproduces          reproduces          fenced
-//	PGBOUNCER_KILL            reproduces          reproduces          safe
-//	PGBOUNCER_RECONNECT       reproduces          reproduces          safe
-//	PGBOUNCER_RESTART         reproduces          reproduces          safe
-//	POSTGRES_RESTART          reproduces          reproduces          fenced
-//	GRACEFUL_HANDOVER         reproduces          reproduces          safe
-//	PINNED                    advisory            advisory-unguarded  fenced
-//	none                      safe                safe                safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               safe                safe                safe
-//	FREEZE_LEADER             safe                safe                fenced
-//	PARTITION_LEADER          safe                safe                fenced
-//	DELAY_LEADER              safe                safe                fenced
-//	PGBOUNCER_PAUSE           safe                safe                fenced
-//	PGBOUNCER_KILL            safe                safe                safe
-//	PGBOUNCER_RECONNECT       safe                safe                safe
-//	PGBOUNCER_RESTART         fenced              fenced              safe
-//	POSTGRES_RESTART          fenced              fenced              fenced
-//	GRACEFUL_HANDOVER         safe                safe                safe
+//	DIRECT                    advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      safe                safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe                safe
+//	FREEZE_LEADER             safe                safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                safe                fenced
+//	DELAY_LEADER              safe                safe                safe                fenced
+//	PGBOUNCER_PAUSE           -                   -                   -                   -
+//	PGBOUNCER_KILL            -                   -                   -                   -
+//	PGBOUNCER_RECONNECT       -                   -                   -                   -
+//	PGBOUNCER_RESTART         -                   -                   -                   -
+//	POSTGRES_RESTART          fenced              fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe                safe
+//	SESSION                   advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      safe                safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe                safe
+//	FREEZE_LEADER             safe                safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                safe                fenced
+//	DELAY_LEADER              safe                safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                safe                safe
+//	PGBOUNCER_KILL            fenced              fenced              fenced              safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe                safe
+//	TRANSACTION               advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      reproduces          reproduces          refused             safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          refused             -
+//	KILL_LEADER               reproduces          reproduces          refused             safe
+//	FREEZE_LEADER             reproduces          reproduces          refused             fenced
+//	PARTITION_LEADER          reproduces          reproduces          refused             fenced
+//	DELAY_LEADER              reproduces          reproduces          refused             fenced
+//	PGBOUNCER_PAUSE           reproduces          reproduces          refused             fenced
+//	PGBOUNCER_KILL            reproduces          reproduces          refused             safe
+//	PGBOUNCER_RECONNECT       reproduces          reproduces          refused             safe
+//	PGBOUNCER_RESTART         reproduces          reproduces          refused             safe
+//	POSTGRES_RESTART          reproduces          reproduces          refused             fenced
+//	GRACEFUL_HANDOVER         reproduces          reproduces          refused             safe
+//	PINNED                    advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      safe                safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe                safe
+//	FREEZE_LEADER             safe                safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                safe                fenced
+//	DELAY_LEADER              safe                safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                safe                fenced
+//	PGBOUNCER_KILL            safe                safe                safe                safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe                safe
 //
 // # Findings
 //
