@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"os"
 	"testing"
 
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
@@ -9,13 +8,8 @@ import (
 
 // Every test that needs a server takes a database of its own from the
 // shared stack (stacktest.NewDB), so advisory locks and lease rows never
-// collide between tests running in parallel.
-//
-// A process started with DOUBLERUN_LEASE_BENCH_CHILD set is a replica of
-// BenchmarkFailover, not a test run: see runBenchChild.
+// collide between tests running in parallel. BenchmarkFailover lives in
+// package failover, which measures failover with these leases.
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(benchChildEnv); spec != "" {
-		os.Exit(runBenchChild(spec))
-	}
 	stacktest.Main(m)
 }
