@@ -161,6 +161,7 @@ func (gracefulHandover) Inject(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
+	// Caught by TestGracefulHandover.
 	injected(ctx, t, l.ID, "SIGTERM pid %d", l.PID)
 	if err := syscall.Kill(l.PID, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("SIGTERM %s (pid %d): %w", l.ID, l.PID, err)

@@ -28,6 +28,8 @@ func failover(h History, ivs []Interval) (*Duration, string) {
 	}
 	var newest int64
 	for _, g := range h.Grants {
+		// A grant at the injection's instant is the old term's. Caught
+		// by TestFailoverMatchesBruteForce.
 		if !g.At.After(from) {
 			newest = max(newest, g.Token)
 		}
@@ -62,6 +64,8 @@ func injection(events []Event) (time.Time, string) {
 			healed = e.At
 		}
 	}
+	// Caught by TestAnalyzeFailoverLatency/FromTheInjectionNotTheStrikeWait
+	// and /AKillAfterTheHealIsNoInjection.
 	for _, e := range events {
 		marks := e.Kind == EventInjected || e.Kind == EventReplicaKilled
 		inside := !e.At.Before(fault) && (healed.IsZero() || !e.At.After(healed))
