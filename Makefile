@@ -46,10 +46,15 @@ images:
 stack:
 	$(GO) run ./cmd/doublerun stack up
 
+CHAOS_VERSIONS ?=
+CHAOS_SHARD ?=
 ## chaos: the fault matrix on PgBouncer transaction pooling
-## (CHAOS_TOPOLOGIES=direct,session,transaction,pinned for more).
+## (CHAOS_TOPOLOGIES=direct,session,transaction,pinned for more) on the
+## newest version set (CHAOS_VERSIONS=pg15-pgbouncer1.18, or all for one
+## stack per set); CHAOS_SHARD=i/n runs a slice, and
+## `doublerun chaos merge DIR...` joins the slices' reports.
 chaos:
-	$(GO) run ./cmd/doublerun chaos --out reports/chaos
+	$(GO) run ./cmd/doublerun chaos --out reports/chaos --versions "$(CHAOS_VERSIONS)" $(if $(CHAOS_SHARD),--shard $(CHAOS_SHARD))
 
 FAILOVER_TRIALS ?= 20
 FAILOVER_FLAGS ?=
@@ -67,10 +72,13 @@ REPRO_COUNT ?= 20
 repro-backend-loss repro-paused-holder:
 	GO=$(GO) bash chaos/run.sh repro $(@:repro-%=%) $(REPRO_COUNT)
 
+REPRO_VERSIONS ?=
 ## repro-556: reproduce issue #556 (two leaders through transaction pooling)
-## and check its fixes; exits 0 only on "Successful reproduction".
+## and check its fixes on one version set (REPRO_VERSIONS, else
+## DOUBLERUN_VERSIONS, else the newest); exits 0 only on "Successful
+## reproduction".
 repro-556:
-	$(GO) run ./cmd/doublerun repro 556 --out reports/repro-556
+	$(GO) run ./cmd/doublerun repro 556 --out reports/repro-556 --versions "$(REPRO_VERSIONS)"
 
 ## mutation-guards: every named guard mutant in testdata/mutation must be
 ## killed by its tests (go test -overlay; the tree is never touched).

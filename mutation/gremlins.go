@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Report is the JSON file that `gremlins unleash --output FILE` writes, as
@@ -109,6 +110,20 @@ func (s Score) Coverage() float64 {
 		return 0
 	}
 	return float64(s.Killed+s.Lived) / float64(s.Killed+s.Lived+s.NotCovered) * 100
+}
+
+// Tested is the number of mutants whose tests ran: killed, lived, timed
+// out or not viable. Not-covered and skipped mutants cost no test run.
+func (s Score) Tested() int { return s.Killed + s.Lived + s.TimedOut + s.NotViable }
+
+// PerMutant is elapsed spread over the mutants whose tests ran: the cost of
+// one mutant's test run, the figure that decides the gate's wall time. It
+// is 0 when no test ran.
+func (s Score) PerMutant(elapsed time.Duration) time.Duration {
+	if s.Tested() == 0 {
+		return 0
+	}
+	return elapsed / time.Duration(s.Tested())
 }
 
 func (s Score) add(o Score) Score {
@@ -216,6 +231,9 @@ type GateOptions struct {
 type PackageResult struct {
 	Name  string
 	Score Score
+	// Elapsed is gremlins' wall time for the package, coverage run
+	// included.
+	Elapsed time.Duration
 	// Lived and NotCovered are file:line:type, with the file relative to
 	// the module root, sorted.
 	Lived, NotCovered []string
@@ -225,6 +243,8 @@ type PackageResult struct {
 type GateResult struct {
 	Packages []PackageResult
 	Total    Score
+	// Elapsed is the packages' wall times added up.
+	Elapsed time.Duration
 	// Failures says, one line each, why the gate fails; empty when it
 	// passes.
 	Failures []string
@@ -243,11 +263,13 @@ func Gate(reports []PackageReport, opts GateOptions) GateResult {
 		p := PackageResult{
 			Name:       pr.Name,
 			Score:      pr.Report.count(),
+			Elapsed:    time.Duration(pr.Report.ElapsedTime * float64(time.Second)),
 			Lived:      locations(pr.Name, pr.Report.Files, StatusLived),
 			NotCovered: locations(pr.Name, pr.Report.Files, StatusNotCovered),
 		}
 		res.Packages = append(res.Packages, p)
 		res.Total = res.Total.add(p.Score)
+		res.Elapsed += p.Elapsed
 		if seen[p.Name] {
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: two reports for one package", p.Name))
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -140,6 +141,22 @@ func TestGate(t *testing.T) {
 		res := Gate([]PackageReport{{"lease", r}, {"lease", r}}, GateOptions{})
 		require.Equal(t, []string{"lease: two reports for one package"}, res.Failures)
 	})
+}
+
+// The gate's wall time is decided by the cost of one mutant's test run;
+// clamp.json's 20.4 s went to 14 test runs (6 killed, 6 lived, 2 timed
+// out; its 2 not-covered mutants ran no test).
+func TestGateReportsTheCostOfAMutant(t *testing.T) {
+	t.Parallel()
+	r := readClamp(t)
+	res := Gate([]PackageReport{{Name: "clamp", Report: r}, {Name: "clamp2", Report: r}}, GateOptions{})
+	p := res.Packages[0]
+	require.Equal(t, 20418503029*time.Nanosecond, p.Elapsed)
+	require.Equal(t, 14, p.Score.Tested())
+	require.Equal(t, p.Elapsed/14, p.Score.PerMutant(p.Elapsed))
+	require.Equal(t, 2*p.Elapsed, res.Elapsed, "the total adds the packages up")
+	require.Zero(t, Score{NotCovered: 3, Skipped: 1}.PerMutant(time.Minute), "no test ran, no cost per test run")
+	require.Equal(t, 30*time.Second, Score{NotViable: 1, Killed: 1}.PerMutant(time.Minute), "a not-viable mutant still builds")
 }
 
 func TestBaselineRaiseNeverLowers(t *testing.T) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# make mutation: gremlins over lease and worker, then `doublerun mutation
-# gate` on its reports.
+# make mutation: gremlins over lease, worker and scenarios/oracle, then
+# `doublerun mutation gate` on its reports. CI runs exactly this.
 #
 #   mutation/run.sh [gate flags...]      e.g. mutation/run.sh --write-baseline
 #
 # Environment:
-#   MUTATION_PACKAGES      packages to mutate (default "lease worker")
+#   MUTATION_PACKAGES      packages to mutate (default "lease worker scenarios/oracle")
 #   MUTATION_SHARED        of those, the ones whose tests run against one
 #                          shared stack (default: all of them when a
 #                          pgbouncer binary is installed, else none). The
@@ -27,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 begin=$(date +%s)
-packages=${MUTATION_PACKAGES:-lease worker}
+packages=${MUTATION_PACKAGES:-lease worker scenarios/oracle}
 if [ -z "${MUTATION_SHARED+set}" ]; then
   # The search order of the stack's findPgBouncer.
   if [ -x "${DOUBLERUN_PGBOUNCER_BIN:-}" ] || command -v pgbouncer >/dev/null ||

@@ -88,6 +88,9 @@ type Config struct {
 
 	// MaxPreparedStatements enables protocol-level prepared statements in
 	// transaction pooling. PgBouncer supports it from 1.21; see Validate.
+	// 0 leaves PgBouncer's default, which is 0 up to 1.23 and 200 from
+	// 1.24; a negative value writes max_prepared_statements = 0, to turn
+	// the support off on 1.24 and later.
 	MaxPreparedStatements int
 
 	// Version is the PgBouncer version the config is for, such as "1.18.0".
@@ -166,7 +169,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("user %q: names and passwords cannot contain quotes or newlines", u.Name))
 		}
 	}
-	if c.MaxPreparedStatements > 0 && c.Version != "" && !SupportsPreparedStatements(c.Version) {
+	if c.MaxPreparedStatements != 0 && c.Version != "" && !SupportsPreparedStatements(c.Version) {
 		errs = append(errs, fmt.Errorf("max_prepared_statements needs PgBouncer 1.21 or later, have %s", c.Version))
 	}
 	return errors.Join(errs...)
@@ -230,8 +233,8 @@ func (c Config) Ini() (string, error) {
 	if c.ServerIdleTimeout > 0 {
 		kv("server_idle_timeout", c.ServerIdleTimeout)
 	}
-	if c.MaxPreparedStatements > 0 {
-		kv("max_prepared_statements", c.MaxPreparedStatements)
+	if c.MaxPreparedStatements != 0 {
+		kv("max_prepared_statements", max(c.MaxPreparedStatements, 0))
 	}
 	if c.LogFile != "" {
 		kv("logfile", c.LogFile)

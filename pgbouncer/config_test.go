@@ -46,6 +46,19 @@ func TestIniRendersDefaults(t *testing.T) {
 	require.NotContains(t, ini, "server_lifetime")
 }
 
+func TestIniTurnsPreparedStatementsOffWhenNegative(t *testing.T) {
+	t.Parallel()
+	c := validConfig()
+	c.MaxPreparedStatements = -1
+	c.Version = "1.24.1"
+	ini, err := c.Ini()
+	require.NoError(t, err)
+	requireLines(t, ini, "max_prepared_statements = 0")
+	c.Version = "1.18.0"
+	_, err = c.Ini()
+	require.ErrorContains(t, err, "max_prepared_statements needs PgBouncer 1.21 or later, have 1.18.0", "1.18 does not know the setting at all")
+}
+
 func TestIniRendersEveryField(t *testing.T) {
 	t.Parallel()
 	c := validConfig()

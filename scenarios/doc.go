@@ -61,7 +61,10 @@
 //	schema              "doublerun.report/v1"
 //	scenario            the Scenario, durations in nanoseconds
 //	stack               provider, lease and work endpoints, the lease
-//	                    endpoint check (lease.CheckEndpoint), PgBouncer version
+//	                    endpoint check (lease.CheckEndpoint), PgBouncer version,
+//	                    versions {set, postgres, pgbouncer, note}: the
+//	                    servers' exact versions and whether they are not
+//	                    the version set asked for
 //	began, wall_ms      when the run began and how long it took
 //	gap_tolerance_ms    the leaderless window's tolerance
 //	replicas[]          id, pid, exit, log path

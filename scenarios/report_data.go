@@ -38,6 +38,41 @@ type StackInfo struct {
 	Work          string `json:"work_endpoint"`
 	PgBouncer     string `json:"pgbouncer_version,omitempty"`
 	LeaseEndpoint string `json:"lease_endpoint_check"`
+	// Versions names the servers of the stack, PgBouncer's too on a direct
+	// run, where the work endpoint's PgBouncer version is empty.
+	Versions VersionsInfo `json:"versions"`
+}
+
+// VersionsInfo is the exact server versions a run measured.
+type VersionsInfo struct {
+	// Set is the version set the servers make up, such as
+	// "pg17-pgbouncer1.24", read from the servers.
+	Set       string `json:"set"`
+	Postgres  string `json:"postgres"`
+	PgBouncer string `json:"pgbouncer"`
+	// Note says when a version set was asked for that the servers are
+	// not (the native provider runs the host's binaries).
+	Note string `json:"note,omitempty"`
+}
+
+// String is the versions as one line, such as "pg17-pgbouncer1.24
+// (Postgres 17.12 (Debian 17.12-0+deb13u1), PgBouncer 1.24.1)", with the
+// note after it.
+func (v VersionsInfo) String() string {
+	if v.Set == "" {
+		return "unknown"
+	}
+	s := fmt.Sprintf("%s (Postgres %s, PgBouncer %s)", v.Set, v.Postgres, v.PgBouncer)
+	if v.Note != "" {
+		s += "; " + v.Note
+	}
+	return s
+}
+
+// StackVersions is what VersionsInfo a run on s reports.
+func StackVersions(s *stack.Stack) VersionsInfo {
+	v := s.Versions()
+	return VersionsInfo{Set: v.Set, Postgres: v.Postgres, PgBouncer: v.PgBouncer, Note: s.VersionsNote()}
 }
 
 // ReplicaInfo is one replica process.
@@ -64,6 +99,7 @@ func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
 			Work:          describe(r.workEP),
 			PgBouncer:     r.workEP.Version,
 			LeaseEndpoint: r.leaseCheck,
+			Versions:      StackVersions(r.opts.Stack),
 		},
 	}
 	r.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ import (
 )
 
 const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR] [--replicas N]
+                      [--versions SET,...|all] [--shard I/N]
+       doublerun chaos merge [--out DIR] DIR...
 
 Runs the chaos matrix: every strategy (advisory, advisory-unguarded,
 advisory-wait, fenced) against every fault of the catalog, and without a
@@ -35,6 +38,22 @@ and the table to DIR/summary.md. Exits 1 if any cell did not match its
 expectation, 2 on a usage error, 130 on Ctrl-C (after the summary of the
 cells that ran).
 
+--versions picks the version sets (Postgres and PgBouncer) to run on:
+one stack per set, one after another, each set's reports under DIR/<set>
+and the table of all under DIR/summary.md, led by the cells whose outcome
+differs between the sets. CHAOS_VERSIONS, then DOUBLERUN_VERSIONS, give
+it when the flag does not; the default is the newest set. Each cell
+expects what the table in package chaos says for its set. The native
+provider runs the host's binaries whatever set is named; reports name
+the versions that ran, and a set those binaries already ran is skipped.
+
+--shard I/N runs a deterministic slice of the cells, the same on every
+machine, so that N runners share a matrix; each writes DIR/cells.json
+beside the reports. ` + "`doublerun chaos merge DIR...`" + ` reads the cells.json
+under the DIRs (every shard of every set) and prints, and with --out
+writes, the summary an unsharded run would have written; its wall time
+is the shards' total. It exits 1 if a cell did not match its expectation.
+
 --replicas runs every cell with N replicas instead of 2. The expectations
 were measured with 2; with 1 no cell can show a double-run, so the cells
 expected to reproduce one fail.
@@ -47,16 +66,31 @@ func chaosCommand() command {
 	return command{
 		name: "chaos", summary: "run the fault matrix and judge every cell", usage: chaosUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
+			if len(args) > 0 && args[0] == "merge" {
+				return chaosMerge(e, args[1:])
+			}
 			fs := newFlagSet("chaos", chaosUsage, e)
 			faultName := fs.String("fault", "", "run only this fault (or none); see the list in the error for an unknown name")
 			strategy := fs.String("strategy", "", "run only this strategy: "+strings.Join(chaos.Strategies, ", "))
 			topology := fs.String("topology", "", "run only this topology (overrides "+envChaosTopologies+")")
 			out := fs.String("out", "reports/chaos", "directory for the reports and summary.md; empty for none")
 			replicas := fs.Int("replicas", 0, replicasHelp)
+			versions := fs.String("versions", "", chaosVersionsHelp)
+			shard := fs.String("shard", "", "run only slice i of n of the cells, such as 2/4 (doublerun chaos merge joins the slices)")
 			if err := parse(fs, args); err != nil {
 				return err
 			}
 			n, err := replicasOf(fs, *replicas)
+			if err != nil {
+				return err
+			}
+			shardI, shardN := 1, 1
+			if fs.isSet("shard") {
+				if shardI, shardN, err = chaos.ParseShard(*shard); err != nil {
+					return usageError{"--shard: " + err.Error()}
+				}
+			}
+			sets, err := chaosVersionSets(*versions, os.Getenv)
 			if err != nil {
 				return err
 			}
@@ -70,29 +104,26 @@ func chaosCommand() command {
 			if err := outDir("out", *out); err != nil {
 				return err
 			}
-			s, closeStack, err := startStack(ctx, e)
-			if err != nil {
-				return err
+			m := matrixRun{e: e, cells: cells, out: *out, shard: shardI, shards: shardN, several: len(sets) > 1, walls: map[string]time.Duration{}}
+			for _, set := range sets {
+				if err := m.runOn(ctx, set); err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					break
+				}
 			}
-			defer closeStack()
-			fmt.Fprintf(e.stdout, "chaos: %d cell(s), %d replicas each, reports in %s\n", len(cells), cells[0].WithDefaults().Replicas, cmp.Or(*out, "no directory (--out is empty)"))
-			begin := time.Now()
-			results := chaos.RunMatrix(ctx, cells, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
-				func(done, total int, c report.Cell) {
-					fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, c.Line())
-				})
-			wall := time.Since(begin)
 			fmt.Fprintln(e.stdout)
-			fmt.Fprint(e.stdout, report.Summary(results, wall))
-			if *out != "" {
-				if err := report.WriteSummary(*out, results, wall); err != nil {
+			fmt.Fprint(e.stdout, report.SummarySets(m.results, m.walls))
+			if *out != "" && m.several {
+				if err := writeFile(filepath.Join(*out, "summary.md"), report.SummarySets(m.results, m.walls)); err != nil {
 					return err
 				}
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("interrupted after %d of %d cells; the table above covers those", len(results), len(cells))
+				return fmt.Errorf("interrupted after %d of %d cells; the table above covers those", len(m.results), m.planned)
 			}
-			if err := report.Verdict(results).Err(); err != nil {
+			if err := report.Verdict(m.results).Err(); err != nil {
 				if *out == "" {
 					return fmt.Errorf("%w; see the table above", err)
 				}

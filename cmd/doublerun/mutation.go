@@ -284,20 +284,20 @@ func mutationGate(e *env, args []string) error {
 func printGate(e *env, res mutation.GateResult, opts mutation.GateOptions) {
 	pct := func(x float64) string { return fmt.Sprintf("%.2f%%", x) }
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PACKAGE\tEFFICACY\tCOVERAGE\tKILLED\tLIVED\tNOT COVERED\tTIMED OUT\tNOT VIABLE\tBASELINE")
-	row := func(name string, s mutation.Score, baseline string) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", name, pct(s.Efficacy()), pct(s.Coverage()),
-			s.Killed, s.Lived, s.NotCovered, s.TimedOut, s.NotViable, baseline)
+	fmt.Fprintln(tw, "PACKAGE\tEFFICACY\tCOVERAGE\tKILLED\tLIVED\tNOT COVERED\tTIMED OUT\tNOT VIABLE\tWALL\tS/MUTANT\tBASELINE")
+	row := func(name string, s mutation.Score, elapsed time.Duration, baseline string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\t%s\n", name, pct(s.Efficacy()), pct(s.Coverage()),
+			s.Killed, s.Lived, s.NotCovered, s.TimedOut, s.NotViable, elapsed.Round(time.Second), s.PerMutant(elapsed).Seconds(), baseline)
 	}
 	for _, p := range res.Packages {
 		baseline := "-"
 		if b, ok := opts.Baseline[p.Name]; ok {
 			baseline = pct(b.Efficacy) + " / " + pct(b.Coverage)
 		}
-		row(p.Name, p.Score, baseline)
+		row(p.Name, p.Score, p.Elapsed, baseline)
 	}
 	if len(res.Packages) > 1 {
-		row("total", res.Total, "")
+		row("total", res.Total, res.Elapsed, "")
 	}
 	tw.Flush()
 	fmt.Fprintf(e.stdout, "thresholds: efficacy %s, mutant coverage %s (a score equal to a threshold passes)\n", pct(opts.MinEfficacy), pct(opts.MinCoverage))

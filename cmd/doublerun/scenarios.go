@@ -39,11 +39,13 @@ func listCommand() command {
 	}
 }
 
-const runUsage = `Usage: doublerun run --scenario NAME [--out DIR] [--json] [--duration D] [--replicas N]
+const runUsage = `Usage: doublerun run --scenario NAME [--out DIR] [--json] [--duration D] [--replicas N] [--versions SET]
 
 Starts a stack (DOUBLERUN_PROVIDER), runs the scenario's replicas as
 separate processes, measures the double-run and leaderless windows through
-the oracle, and judges them against the scenario's expectation. Prints one
+the oracle, and judges them against the scenario's expectation. --versions
+(or DOUBLERUN_VERSIONS) picks the servers' version set, default the newest;
+the report names the exact versions. Prints one
 line per scenario; --json prints the whole report instead. Exits 1 when the
 verdict fails, 2 on a usage error, 130 on Ctrl-C (after removing what it
 started). See ` + "`doublerun list`" + ` for the names.
@@ -59,7 +61,12 @@ func runCommand() command {
 			asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 			duration := fs.Duration("duration", 0, "measure for this long instead of the scenario's default")
 			replicas := fs.Int("replicas", 0, replicasHelp)
+			versions := fs.String("versions", "", versionsHelp)
 			if err := parse(fs, args); err != nil {
+				return err
+			}
+			set, err := oneVersionSet(*versions)
+			if err != nil {
 				return err
 			}
 			if *name == "" {
@@ -83,11 +90,14 @@ func runCommand() command {
 			if err := outDir("out", *out); err != nil {
 				return err
 			}
-			s, closeStack, err := startStack(ctx, e)
+			s, closeStack, err := startStackOn(ctx, e, set)
 			if err != nil {
 				return err
 			}
 			defer closeStack()
+			if !*asJSON {
+				fmt.Fprintln(e.stdout, versionsLine(s))
+			}
 			rep, err := scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log})
 			if err != nil {
 				if ctx.Err() != nil {
@@ -124,7 +134,7 @@ func runCommand() command {
 	}
 }
 
-const reproUsage = `Usage: doublerun repro 556 [--out DIR]
+const reproUsage = `Usage: doublerun repro 556 [--out DIR] [--versions SET]
 
 Reproduces issue #556 and checks its fixes:
   1. the advisory lease, 2 replicas, transaction pooling with a pool of one:
@@ -134,7 +144,9 @@ Reproduces issue #556 and checks its fixes:
   3. the fixes: the pinned endpoint (double-run 0) and the fenced lease
      (0 accepted stale writes).
 Prints "Successful reproduction" and exits 0 only if 1 reproduced and 3
-held; otherwise prints "Failed to reproduce" and exits 1.
+held; otherwise prints "Failed to reproduce" and exits 1. --versions (or
+DOUBLERUN_VERSIONS) picks the servers' version set; the reports name the
+exact versions.
 `
 
 func reproCommand() command {
@@ -153,17 +165,23 @@ func reproCommand() command {
 			}
 			fs := newFlagSet("repro 556", reproUsage, e)
 			out := fs.String("out", "reports/repro-556", "directory for the reports; empty for none")
+			versions := fs.String("versions", "", versionsHelp)
 			if err := parse(fs, args[1:]); err != nil {
+				return err
+			}
+			set, err := oneVersionSet(*versions)
+			if err != nil {
 				return err
 			}
 			if err := outDir("out", *out); err != nil {
 				return err
 			}
-			s, closeStack, err := startStack(ctx, e)
+			s, closeStack, err := startStackOn(ctx, e, set)
 			if err != nil {
 				return err
 			}
 			defer closeStack()
+			fmt.Fprintln(e.stdout, versionsLine(s))
 			begin := time.Now()
 			res, err := scenarios.Repro556(ctx, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
 				func(rep *scenarios.Report) error {
@@ -195,15 +213,5 @@ func reproCommand() command {
 // startStack starts the stack the environment names and returns its
 // cleanup.
 func startStack(ctx context.Context, e *env) (*stack.Stack, func(), error) {
-	s, err := stack.Start(ctx, stack.Options{Logger: e.log})
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := s.Close(cctx); err != nil {
-			e.log.Error("stack cleanup", "err", err)
-		}
-	}, nil
+	return startStackOn(ctx, e, "")
 }

@@ -26,6 +26,7 @@ func Markdown(r *scenarios.Report) string {
 	row("poll interval / work / TTL", fmt.Sprintf("%s / %s / %s", r.Scenario.PollInterval, r.Scenario.Work, r.Scenario.TTL))
 	row("fault", r.Scenario.Fault)
 	row("provider", r.Stack.Provider)
+	row("versions", r.Stack.Versions.String())
 	row("lease endpoint", r.Stack.Lease)
 	row("lease endpoint check", r.Stack.LeaseEndpoint)
 	row("work endpoint", r.Stack.Work)

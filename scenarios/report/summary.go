@@ -25,6 +25,10 @@ type Cell struct {
 	// server of the stack that no longer answered (PgBouncer 1.18 can
 	// crash on a cancel request; see package chaos, "Findings").
 	Notes []string
+	// Versions is the version set the cell ran on, as the stack's servers
+	// make it up (stack.Versions.Set); the report has the exact versions.
+	// It groups a matrix run on several sets (SummarySets).
+	Versions string
 }
 
 // Verdict is the cell's report's verdict, and a failed one when the cell
@@ -99,6 +103,7 @@ func Summary(cells []Cell, wall time.Duration) string {
 	failed := Failed(cells)
 	fmt.Fprintf(&b, "# Chaos matrix\n\n%d cells, %d matched their expectation, %d did not; wall time %s.\n\n",
 		len(cells), len(cells)-len(failed), len(failed), wall.Round(time.Second))
+	b.WriteString(versionsLine(cells))
 	b.WriteString("| strategy | fault | topology | double-run (episodes) | leaderless | stale writes accepted / rejected | expect | verdict |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, c := range sorted {

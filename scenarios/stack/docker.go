@@ -1,3 +1,5 @@
+//go:build !doublerun_nodocker
+
 package stack
 
 import (
@@ -317,7 +319,28 @@ func imageHint(err error) string {
 	return ""
 }
 
-func firstLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
+// dockerRoute starts a docker backend with the images resolveImages picks.
+func dockerRoute(ctx context.Context, opts Options) (backend, string, error) {
+	note, err := prepareRyuk(ctx, opts.Logger)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := dockerAvailable(ctx); err != nil {
+		return nil, "", fmt.Errorf("docker engine not answering (%s); start Docker or set DOCKER_HOST, or use %s=native", firstLine(err), EnvProvider)
+	}
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("docker: %w", err)
+	}
+	imgs, err := resolveImages(ctx, opts, cli)
+	if err != nil {
+		cli.Close()
+		return nil, "", err
+	}
+	b, err := newDockerBackend(ctx, opts, cli, imgs)
+	if err != nil {
+		cli.Close()
+		return nil, "", err
+	}
+	return b, imgs.route + note, nil
 }

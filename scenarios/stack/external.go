@@ -50,6 +50,9 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 		user:     pg.User, password: pg.Password, database: pg.Database,
 		bouncers: map[string]*bouncer{},
 	}
+	if opts.versionsAsked {
+		s.asked = opts.Versions
+	}
 	s.postgres = Endpoint{Name: PostgresName, DSN: vars[0].value}
 	version, err := probe(ctx, s.postgres.DSN)
 	if err != nil {

@@ -1,3 +1,5 @@
+//go:build !doublerun_nodocker
+
 package stack
 
 import (

@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/testcontainers/testcontainers-go"
+	"strings"
 )
 
 // selectBackend builds the backend for opts.Provider, resolving auto, and
@@ -58,32 +57,6 @@ func autoRoute(ctx context.Context, opts Options) (backend, Provider, error) {
 	return b, ProviderNative, nil
 }
 
-// dockerRoute starts a docker backend with the images resolveImages picks.
-func dockerRoute(ctx context.Context, opts Options) (*dockerBackend, string, error) {
-	note, err := prepareRyuk(ctx, opts.Logger)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := dockerAvailable(ctx); err != nil {
-		return nil, "", fmt.Errorf("docker engine not answering (%s); start Docker or set DOCKER_HOST, or use %s=native", firstLine(err), EnvProvider)
-	}
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		return nil, "", fmt.Errorf("docker: %w", err)
-	}
-	imgs, err := resolveImages(ctx, opts, cli)
-	if err != nil {
-		cli.Close()
-		return nil, "", err
-	}
-	b, err := newDockerBackend(ctx, opts, cli, imgs)
-	if err != nil {
-		cli.Close()
-		return nil, "", err
-	}
-	return b, imgs.route + note, nil
-}
-
 // nativeRoute starts a native backend. When the binaries are missing, it
 // installs them where it can (root with apt-get) and otherwise returns the
 // command to run. why says why the native route is taken, for the install
@@ -119,4 +92,9 @@ func Prepare(ctx context.Context, opts Options) error {
 		return err
 	}
 	return b.close(ctx)
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
 }

@@ -52,6 +52,9 @@ type Stack struct {
 	bouncers  map[string]*bouncer
 	closeErr  error
 	closeOnce sync.Once
+	// asked is the version set the caller or the environment named, ""
+	// when none was (see VersionsNote).
+	asked string
 }
 
 type bouncer struct {
@@ -106,6 +109,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		password: randomPassword(),
 		database: Database,
 		bouncers: map[string]*bouncer{},
+	}
+	if opts.versionsAsked {
+		s.asked = opts.Versions
 	}
 	begin := time.Now()
 	if err := s.start(ctx, opts); err != nil {

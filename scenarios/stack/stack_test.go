@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/pgbouncer"
@@ -312,17 +311,8 @@ func requireNothingLeft(t *testing.T, b backend, nodes []node) {
 			err := syscall.Kill(p.cmd.Process.Pid, 0)
 			require.ErrorIs(t, err, syscall.ESRCH, "%s (pid %d) has exited", p.name, p.cmd.Process.Pid)
 		}
-	case *dockerBackend:
-		cli := dockerClient(t)
-		f := client.Filters{}.Add("label", LabelStack+"="+b.id)
-		ctrs, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
-		require.NoError(t, err)
-		require.Empty(t, ctrs.Items, "containers of stack %s", b.id)
-		nets, err := cli.NetworkList(context.Background(), client.NetworkListOptions{Filters: f})
-		require.NoError(t, err)
-		require.Empty(t, nets.Items, "networks of stack %s", b.id)
 	default:
-		t.Fatalf("unexpected backend %T", b)
+		requireNoContainersLeft(t, b)
 	}
 }
 

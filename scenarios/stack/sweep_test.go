@@ -1,3 +1,5 @@
+//go:build !doublerun_nodocker
+
 package stack
 
 import (
@@ -179,4 +181,20 @@ func pidRunsIn(dir string) bool {
 		return false
 	}
 	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// requireNoContainersLeft checks that a docker backend removed every
+// container and network of its stack.
+func requireNoContainersLeft(t *testing.T, b backend) {
+	t.Helper()
+	d, ok := b.(*dockerBackend)
+	require.True(t, ok, "unexpected backend %T", b)
+	cli := dockerClient(t)
+	f := client.Filters{}.Add("label", LabelStack+"="+d.id)
+	ctrs, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
+	require.NoError(t, err)
+	require.Empty(t, ctrs.Items, "containers of stack %s", d.id)
+	nets, err := cli.NetworkList(context.Background(), client.NetworkListOptions{Filters: f})
+	require.NoError(t, err)
+	require.Empty(t, nets.Items, "networks of stack %s", d.id)
 }

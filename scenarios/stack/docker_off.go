@@ -1,0 +1,25 @@
+//go:build doublerun_nodocker
+
+package stack
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+)
+
+// Built with the doublerun_nodocker tag, the stack has no docker provider:
+// testcontainers and the Docker client are left out of the binary. The
+// mutation gate builds its test binaries this way, once per mutant, and
+// their tests reach a stack that `doublerun stack up` started through the
+// external provider, so linking the Docker client would only cost time.
+
+var errNoDocker = errors.New("this binary was built with the doublerun_nodocker tag, which leaves the docker provider out; rebuild without it, or use " + EnvProvider + "=native or external")
+
+func dockerAvailable(context.Context) error { return errNoDocker }
+
+func prepareRyuk(context.Context, *slog.Logger) (string, error) { return "", errNoDocker }
+
+func dockerRoute(context.Context, Options) (backend, string, error) {
+	return nil, "", errNoDocker
+}

@@ -1,0 +1,17 @@
+//go:build doublerun_nodocker
+
+package stack
+
+import "testing"
+
+// requireNoContainersLeft has no docker backend to look at in a binary
+// built without the docker provider.
+func requireNoContainersLeft(t *testing.T, b backend) {
+	t.Helper()
+	t.Fatalf("unexpected backend %T", b)
+}
+
+// The sweep test's child process needs docker; without it there is none.
+const envSweepChild = "DOUBLERUN_STACK_TEST_SWEEP_CHILD"
+
+func runSweepChild() { panic(envSweepChild + " needs the docker provider") }
