@@ -179,6 +179,42 @@
 //     every TERMINATE_LEADER_BACKEND cell failed. The fault now falls back
 //     to the holder of the strategy's advisory lock (271, 1 for the
 //     built-in ones) in pg_locks, for a strategy that reports no PID.
+//  11. advisory-wait (lease.Advisory with Wait, a follower waiting in
+//     pg_advisory_lock for at most the poll interval) matched the polled
+//     advisory lease's expectation in every one of its 32 cells, in both
+//     runs of them (direct, session and pinned; native provider, PgBouncer
+//     1.18, PostgreSQL 15, load average 14 to 18). Waiting does not close
+//     finding 1, it makes the overlap the whole rest of the piece: the
+//     follower takes the lock the instant the backend dies instead of at
+//     its next poll (TERMINATE_LEADER_BACKEND: dr 167 and 166ms direct, 179
+//     and 95ms session, 365 and 167ms pinned; one write rejected each
+//     time). It fails over fastest where the lock is freed at once
+//     (failover from the injection, second run: KILL_LEADER 14ms direct,
+//     12ms session, 25ms pinned; GRACEFUL_HANDOVER 28, 47 and 43ms, which
+//     include the old leader ending its piece and its write; the polled
+//     fenced lease 52 and 21ms). Its other overlaps were PGBOUNCER_KILL
+//     on session (13ms, first run only), PGBOUNCER_RESTART (35ms pinned in
+//     the first run, 53ms session in the second) and POSTGRES_RESTART
+//     direct (54ms, first run only), the cells that are fenced for the
+//     polled lease too.
+//  12. A waiting follower that stops crashes PgBouncer 1.18 in session
+//     pooling (finding 6, pgbouncer/pgbouncer#801): the follower is in the
+//     middle of its pg_advisory_lock when its replica is stopped, pgx sends
+//     a cancel request as its context ends, and the process exits before
+//     PgBouncer has forwarded it. The session bouncer's log then reads
+//     "started sending cancel request", "client unexpected eof" for the
+//     cancel request's own connection, and "FATAL @src/objects.c:1060 in
+//     function disconnect_client(): bad client state: 0" (reproduced with
+//     advisory-wait/session/none on a kept stack: the second run crashed
+//     it).
+//     RunMatrix started the session bouncer again after 9 of the 24
+//     session and pinned cells in the first run and 13 in the second; no
+//     verdict changed, because it happens at the end of a cell. The polled
+//     lease is rarely mid-statement when it stops, hence once per full run
+//     in finding 6. lease.Advisory ends a wait that way today; ending it by
+//     closing the connection instead of a cancel request would avoid the
+//     crash, at the cost of the server holding the dying backend's wait
+//     until its lock_timeout (WaitTimeout).
 //
 // # Reproducing a limitation
 //
