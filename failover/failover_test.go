@@ -102,9 +102,9 @@ func TestRunMeasuresEveryFault(t *testing.T) {
 	require.Contains(t, table, "| direct | advisory-wait | KILL_LEADER | ")
 }
 
-// A cancelled run stops at once and leaves no leader process behind.
+// A cancelled run stops at once and leaves no leader process behind. Not
+// parallel: another test's leader is this process's child too.
 func TestRunStopsWhenCancelled(t *testing.T) {
-	t.Parallel()
 	db := stacktest.NewDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
