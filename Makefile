@@ -49,7 +49,8 @@ stack:
 CHAOS_VERSIONS ?=
 CHAOS_SHARD ?=
 ## chaos: the fault matrix on PgBouncer transaction pooling
-## (CHAOS_TOPOLOGIES=direct,session,transaction,pinned for more) on the
+## (CHAOS_TOPOLOGIES=direct,session,transaction,pinned,alias for more;
+## CHAOS_POOL_SIZES=1,2,4 runs each pooled cell at those pool sizes) on the
 ## newest version set (CHAOS_VERSIONS=pg15-pgbouncer1.18, or all for one
 ## stack per set); CHAOS_SHARD=i/n runs a slice, and
 ## `doublerun chaos merge DIR...` joins the slices' reports.

@@ -110,6 +110,10 @@ var grid = map[string]map[string]Row{
 // Expect returns the grid's expectation for a cell, and false when the
 // fault does not apply to it or the cell is not in the grid.
 func Expect(strategy string, topology scenarios.TopologyKind, faultName string) (scenarios.Expectation, bool) {
+	if topology == scenarios.Alias {
+		e, ok := aliasGrid[faultName][strategy]
+		return e, ok
+	}
 	e, ok := grid[faultName][strategy][topology]
 	return e, ok
 }

@@ -47,11 +47,12 @@ func MatrixOn(versions string, topologies ...scenarios.TopologyKind) []scenarios
 	return OnVersions(Matrix(topologies...), versions)
 }
 
-// VersionOverrides renders versionGrid as text, a line per cell that
-// differs, "SET  strategy/topology/FAULT  grid -> set"; the package
-// documentation shows it.
+// VersionOverrides renders versionGrid as text: a header, then a line per
+// cell that differs, "SET  strategy/topology/FAULT  grid -> set"; the
+// package documentation shows it.
 func VersionOverrides() string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "%-20s%-46s%s\n", "VERSIONS", "CELL", "GRID -> ON THE SET")
 	for _, set := range slices.Sorted(maps.Keys(versionGrid)) {
 		for _, f := range columns() {
 			for _, s := range Strategies {
@@ -65,9 +66,6 @@ func VersionOverrides() string {
 				}
 			}
 		}
-	}
-	if b.Len() == 0 {
-		return "(none)\n"
 	}
 	return b.String()
 }

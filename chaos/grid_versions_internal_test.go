@@ -1,6 +1,9 @@
 package chaos
 
 import (
+	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,4 +39,29 @@ func TestOnVersionsKeepsTheGridWhereNoOverrideIs(t *testing.T) {
 	for set := range versionGrid {
 		require.Equal(t, custom, OnVersions(custom, set), "a cell that is not the matrix's keeps its expectation")
 	}
+}
+
+// doc.go shows the overrides rendered from grid_versions.go; `go test
+// ./chaos -run TestDocOverridesAreCurrent -update-doc` rewrites them.
+func TestDocOverridesAreCurrent(t *testing.T) {
+	data, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	lines := strings.Split(string(data), "\n")
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "//\tVERSIONS ") })
+	require.GreaterOrEqual(t, start, 0, "doc.go has no rendered overrides (a line starting with VERSIONS)")
+	end := start
+	for end < len(lines) && strings.HasPrefix(lines[end], "//\t") {
+		end++
+	}
+	var want []string
+	for _, l := range strings.Split(strings.TrimSuffix(VersionOverrides(), "\n"), "\n") {
+		want = append(want, "//\t"+strings.TrimRight(l, " "))
+	}
+	if *updateDoc {
+		lines = slices.Concat(lines[:start], want, lines[end:])
+		require.NoError(t, os.WriteFile("doc.go", []byte(strings.Join(lines, "\n")), 0o644))
+		return
+	}
+	require.Equal(t, strings.Join(want, "\n"), strings.Join(lines[start:end], "\n"),
+		"doc.go's overrides are out of date; run go test ./chaos -run TestDocOverridesAreCurrent -update-doc")
 }

@@ -22,6 +22,7 @@ var updateDoc = flag.Bool("update-doc", false, "rewrite the expectation table in
 func TestGridIsComplete(t *testing.T) {
 	t.Parallel()
 	require.ElementsMatch(t, columns(), slices.Collect(maps.Keys(grid)), "a block per fault, and none for a fault the catalog lacks")
+	require.ElementsMatch(t, columns(), slices.Collect(maps.Keys(aliasGrid)), "the alias column: a block per fault")
 	for faultName, rows := range grid {
 		require.ElementsMatch(t, Strategies, slices.Collect(maps.Keys(rows)), "%s: a row per strategy", faultName)
 		for strategy, row := range rows {
@@ -37,7 +38,7 @@ func TestGridIsComplete(t *testing.T) {
 				// A strategy that refuses the topology's lease endpoint
 				// has no cell there.
 				applies = applies && scenarios.CheckStrategyTopology(strategy, topo) == nil
-				_, inGrid := row[topo]
+				_, inGrid := Expect(strategy, topo, faultName)
 				require.Equal(t, applies, inGrid, "%s/%s/%s: the grid and Available disagree", strategy, topo, faultName)
 			}
 		}
@@ -93,7 +94,7 @@ func TestMatrix(t *testing.T) {
 	require.Equal(t, 1, sc.Topology.PoolSize)
 	for _, tc := range []struct{ strategy, topology, fault, want string }{
 		{"zookeeper", "transaction", "KILL_LEADER", `unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced`},
-		{"fenced", "mesh", "KILL_LEADER", `unknown topology "mesh"; valid: direct, session, transaction, pinned`},
+		{"fenced", "mesh", "KILL_LEADER", `unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`},
 		{"fenced", "transaction", "METEOR", `unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, `},
 		{"fenced", "transaction", "TERMINATE_LEADER_BACKEND", "fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
 		{"advisory", "direct", "PGBOUNCER_KILL", "fault PGBOUNCER_KILL does not apply to strategy advisory on topology direct"},

@@ -61,7 +61,15 @@ type Server struct {
 	// RemotePID is the Postgres backend PID behind this server connection.
 	RemotePID       int
 	ApplicationName string
+	// Link is the client connection this server connection is paired
+	// with, as PgBouncer names it; empty when none is.
+	Link string
 }
+
+// Linked reports whether a client is paired with this server connection:
+// in session pooling for as long as the client stays connected, in
+// transaction pooling only while one of its transactions runs.
+func (s Server) Linked() bool { return s.Link != "" || s.State == "active" }
 
 // Client is one row of SHOW CLIENTS.
 type Client struct {
@@ -105,6 +113,7 @@ func (a *Admin) Servers(ctx context.Context) ([]Server, error) {
 			Type: r.s("type"), User: r.s("user"), Database: r.s("database"), State: r.s("state"),
 			Addr: r.s("addr"), Port: r.i("port"), LocalAddr: r.s("local_addr"), LocalPort: r.i("local_port"),
 			RemotePID: r.i("remote_pid"), ApplicationName: r.s("application_name"),
+			Link: r.s("link"),
 		})
 	}
 	return out, nil

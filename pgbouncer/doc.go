@@ -14,7 +14,7 @@
 //     The console speaks only the simple query protocol; [ConnectAdmin]
 //     forces it.
 //   - [ExecMode], which answers "which pgx QueryExecMode survives this
-//     pool?". Behind transaction pooling before PgBouncer 1.21 (or with
+//     pool?" (measured per version below, "Exec modes by version"). Behind transaction pooling before PgBouncer 1.21 (or with
 //     max_prepared_statements = 0) a named prepared statement lands on
 //     whichever server connection runs it, so pgx's default statement cache
 //     fails with SQLSTATE 42P05 or 26000. QueryExecModeExec is the safe choice
@@ -96,4 +96,66 @@
 //     SERVERS listed as idle with no client, the orphaned lock of issue 14.
 //     RECONNECT <work name> closed that backend and the lock was gone 40.5 ms
 //     later [32.4 ms].
+//
+// # Exec modes by version
+//
+// TestExecModeTable runs 3 pgx v5.12 connections at once, each 200
+// parameterised queries of four shapes, through a transaction pool in
+// every exec mode, and fails if the mode [ExecMode] picks failed a query.
+// PgBouncer 1.24 enables protocol-level prepared statements by default
+// (max_prepared_statements = 200 when the setting is left out; 1.18 to
+// 1.23 default to 0), so the "mps=0" columns write the setting out
+// (Config.MaxPreparedStatements < 0). Failed queries of 600, docker
+// provider, one run each
+// (`DOUBLERUN_PROVIDER=docker DOUBLERUN_VERSIONS=SET go test -run TestExecModeTable -v ./pgbouncer/`,
+// load average 13 to 17 on 2 cores; * is ExecMode's pick):
+//
+//	PgBouncer 1.24.1, Postgres 17.12
+//	mode             pool 1                          pool 2
+//	                 default(200)  mps=0      100    default(200)  mps=0            100
+//	cache statement  0 *           400 42P05  0 *    0 *           237 42P05,26000  0 *
+//	cache describe   0             0          0      0             0                0
+//	describe exec    0             0          0      0             0                0
+//	exec             0             0 *        0      0             0 *              0
+//	simple protocol  0             0          0      0             0                0
+//
+//	PgBouncer 1.18.0, Postgres 15.18 (the setting does not exist)
+//	mode             pool 1     pool 2
+//	cache statement  400 42P05  236 42P05,26000
+//	cache describe   0          0
+//	describe exec    0          0
+//	exec             0 *        0 *
+//	simple protocol  0          0
+//
+// So the version alone does not decide: what matters is the bouncer's
+// max_prepared_statements as read back from SHOW CONFIG, which the stack
+// does (Endpoint.MaxPreparedStatements), and ExecMode picks the statement
+// cache exactly where it measured clean. pgx's default, the statement
+// cache, works through a stock 1.24 in transaction pooling; an explicit
+// max_prepared_statements = 0 brings 1.18's 42P05 back. describe_exec
+// failed nothing here even with two server connections, but it still
+// sends its Describe and its Execute in two round trips, which
+// transaction pooling may give to different servers, so ExecMode never
+// picks it.
+//
+// # Findings by version
+//
+// The findings of the chaos matrix on 1.18 (package chaos, "Findings"),
+// measured again on 1.24 with the tests in findings_test.go
+// (`DOUBLERUN_MEASURE_FINDINGS=1 DOUBLERUN_VERSIONS=SET go test -run TestMeasure -v ./pgbouncer/`,
+// docker provider, one run each, load average 13 to 17):
+//
+//   - Pool refused after a Postgres restart. A client asked for a server
+//     connection while Postgres was down; from the moment Postgres
+//     answered directly again, the transaction pool answered after 8.96 s
+//     on 1.18 (12.2 s on the native provider; the lockout is
+//     server_login_retry, 15 s, counted from the failed login) and after
+//     0.48 s on 1.24.
+//   - Crash on a cancel request (pgbouncer/pgbouncer#801): 10 rounds of 8
+//     clients × 25 queries cancelled by their context (5 to 14 ms) never
+//     left the bouncer unable to answer, on 1.18 (docker and native) or on
+//     1.24. The crash stays a rare event of the full matrix's teardown.
+//   - 42P05 with pgx's default statement cache: on 1.24 only with
+//     max_prepared_statements = 0 (see the table above); with the default
+//     it does not happen.
 package pgbouncer

@@ -20,6 +20,8 @@
 //	session      pgbouncer session pool    pgbouncer session pool
 //	transaction  pgbouncer transaction     pgbouncer transaction
 //	pinned       pgbouncer session pool    pgbouncer transaction   (the #556 fix)
+//	alias        one pgbouncer, <db>_lease  the same one, <db>       (the fix on one
+//	             in pool_mode=session       in pool_mode=transaction  bouncer)
 //
 // # Replicas are processes
 //
@@ -43,9 +45,12 @@
 //
 // # Verdict
 //
-//	safe        no double-run and no accepted stale write
-//	reproduces  a double-run must appear
-//	fenced      overlaps allowed, no accepted stale write
+//	safe                   no double-run and no accepted stale write
+//	reproduces             a double-run must appear
+//	fenced                 overlaps allowed, no accepted stale write
+//	reproduces-or-orphans  a double-run or an orphaned lock must appear
+//	                       (the advisory lock through a transaction pool
+//	                       of several backends; a run with neither fails)
 //
 // A run whose measurements disagree with its expectation fails, in either
 // direction; a run in which no replica ever led fails too. [Verdict] is the
@@ -67,6 +72,7 @@
 //	                    the version set asked for
 //	began, wall_ms      when the run began and how long it took
 //	gap_tolerance_ms    the leaderless window's tolerance
+//	orphan_tolerance_ms the orphaned-lock window's tolerance
 //	replicas[]          id, pid, exit, log path
 //	metrics             oracle.Metrics: double_run and leaderless
 //	                    {episodes, total, longest (ms), spans[]},
@@ -75,12 +81,42 @@
 //	                    the fault acted, or "fault", the fault event before
 //	                    the fault waited for its moment), max_concurrent_leaders,
 //	                    leadership_changes, terms, writes,
-//	                    stale_writes {accepted, rejected}
+//	                    stale_writes {accepted, rejected},
+//	                    orphaned {episodes, total, longest, spans[],
+//	                    orphans[] {start, end, backend_pid, after, cause,
+//	                    client_linked_ms, reentered_by}, reentries,
+//	                    left_held[]}
 //	verdict             expect, pass, reason
 //	history             the raw oracle.History: start, end, intervals[]
 //	                    {replica, token, start, end, open, backend_pid},
-//	                    grants[], writes[], events[]
+//	                    grants[], writes[], events[] (lock-claim events
+//	                    among them), locks[] {at, held[] {pid,
+//	                    client_linked}}
 //
-// oracle.Analyze(report.history, oracle.Options{GapTolerance: gap_tolerance_ms})
-// recomputes every figure in metrics.
+// oracle.Analyze(report.history, oracle.Options{GapTolerance: gap_tolerance_ms,
+// OrphanTolerance: orphan_tolerance_ms}) recomputes every figure in metrics.
+//
+// # The orphaned-lock window
+//
+// A session advisory lock behind transaction pooling can outlive its
+// holder: the unlock or the close does not reach the backend that holds
+// it, and the lock stays on a pooled server connection that no client
+// owns, until that connection closes or a replica handed that backend
+// re-enters the lock. The runner watches the lease's lock through its
+// direct connection every 20 ms (pg_locks, and the lease endpoint's
+// PgBouncer, SHOW SERVERS, for whether a client is linked to the holding
+// backend; lockwatch.go), and each replica logs the backend its lease
+// says holds the lock whenever that changes (a lock-claim event). The
+// oracle turns the two into the orphaned-lock window: every stretch where
+// a backend held the lock after its holder let go or died, with the
+// backend PID, who let go and how, how long a client was linked, and the
+// replica that ended it by re-entering the lock (re-entrant). Locks still
+// held once every replica stopped are listed as left held.
+//
+// A strategy declares its lock with Strategy.AdvisoryLock (the built-in
+// advisory ones: lease.DefaultAdvisoryLock) and its backend with
+// ReportsBackendPID; a lease a user brings can instead implement
+// lease.LockHolder (AdvisoryLock and BackendPID), and the runner learns
+// the lock from its replicas' claims. A lease that reports no backend
+// gets no claims, and so no orphaned-lock window.
 package scenarios

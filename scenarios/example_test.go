@@ -29,6 +29,14 @@ func TestMain(m *testing.M) {
 			return err
 		},
 	})
+	// A strategy that declares no lock: its lease names its own through
+	// lease.LockHolder, as a lease a user brings can.
+	scenarios.RegisterStrategy(byoLockStrategy, scenarios.Strategy{
+		New: func(ctx context.Context, c scenarios.LeaseConfig) (lease.Lease, error) {
+			return lease.NewAdvisory(ctx, lease.AdvisoryConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger,
+				Key1: byoLock.Key1, Key2: byoLock.Key2, AllowTransactionPooling: true})
+		},
+	})
 	scenarios.MaybeRunReplica()
 	stacktest.Main(m)
 	os.Exit(0)

@@ -124,14 +124,75 @@ func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error 
 		return err
 	}
 	_ = rec.Event(ctx, oracle.EventReplicaStarted, fmt.Sprintf("pid %d", os.Getpid()))
-	<-ctx.Done()
+	claims := newClaimer(l, strategy, rec)
+	claims.watch(ctx)
 	w.Stop()
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := l.Close(cctx); err != nil {
 		log.Warn("replica: close lease", "err", err)
 	}
+	claims.check(cctx) // the close let go of the lock, or should have
 	return rec.Event(cctx, oracle.EventReplicaStopped, "")
+}
+
+// claimer logs the backend this replica's lease says holds its advisory
+// lock (oracle.EventLockClaim) whenever that changes, 0 once it lets go:
+// with the runner's samples of pg_locks that is how the oracle tells an
+// orphaned lock. Only a lease that reports its backend (BackendPID, as
+// lease.LockHolder has) and whose lock is known (its own AdvisoryLock, or
+// the strategy's) can claim; for any other the claimer does nothing.
+type claimer struct {
+	pid  func() int32
+	lock lease.AdvisoryLock
+	rec  *oracle.Recorder
+	last int32
+}
+
+func newClaimer(l lease.Lease, s Strategy, rec *oracle.Recorder) *claimer {
+	c := &claimer{rec: rec}
+	if p, ok := l.(interface{ BackendPID() int32 }); ok {
+		c.pid = p.BackendPID
+	}
+	switch h := l.(type) {
+	case interface{ AdvisoryLock() lease.AdvisoryLock }:
+		c.lock = h.AdvisoryLock()
+	default:
+		if s.AdvisoryLock == nil {
+			c.pid = nil
+		} else {
+			c.lock = *s.AdvisoryLock
+		}
+	}
+	return c
+}
+
+// claimInterval is how often a replica looks at its lease's backend.
+const claimInterval = 10 * time.Millisecond
+
+// watch checks the claim every claimInterval until ctx ends.
+func (c *claimer) watch(ctx context.Context) {
+	for {
+		c.check(ctx)
+		if wait.Sleep(ctx, claimInterval) != nil {
+			return
+		}
+	}
+}
+
+// check logs the claim if it changed; one that cannot be logged is tried
+// again at the next check.
+func (c *claimer) check(ctx context.Context) {
+	if c.pid == nil {
+		return
+	}
+	pid := c.pid()
+	if pid == c.last {
+		return
+	}
+	if c.rec.Event(ctx, oracle.EventLockClaim, oracle.ClaimDetail(pid, c.lock.Key1, c.lock.Key2)) == nil {
+		c.last = pid
+	}
 }
 
 // leaderWork is one piece of leader work: log its start, work, make the

@@ -3,7 +3,9 @@ package scenarios
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/oracle"
@@ -25,10 +27,12 @@ type Report struct {
 	Wall     oracle.Duration `json:"wall_ms"`
 	// GapTolerance is the oracle option the leaderless window used.
 	GapTolerance oracle.Duration `json:"gap_tolerance_ms"`
-	Replicas     []ReplicaInfo   `json:"replicas"`
-	Metrics      oracle.Metrics  `json:"metrics"`
-	Verdict      Verdict         `json:"verdict"`
-	History      oracle.History  `json:"history"`
+	// OrphanTolerance is the oracle option the orphaned-lock window used.
+	OrphanTolerance oracle.Duration `json:"orphan_tolerance_ms"`
+	Replicas        []ReplicaInfo   `json:"replicas"`
+	Metrics         oracle.Metrics  `json:"metrics"`
+	Verdict         Verdict         `json:"verdict"`
+	History         oracle.History  `json:"history"`
 }
 
 // StackInfo says where a run happened.
@@ -85,14 +89,15 @@ type ReplicaInfo struct {
 
 func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
 	rep := &Report{
-		Schema:       ReportSchema,
-		Scenario:     r.sc,
-		Began:        r.began,
-		Wall:         oracle.Duration(time.Since(r.began)),
-		GapTolerance: oracle.Duration(r.gapTolerance()),
-		Metrics:      m,
-		Verdict:      Judge(r.sc.Expect, m, len(h.Intervals)),
-		History:      h,
+		Schema:          ReportSchema,
+		Scenario:        r.sc,
+		Began:           r.began,
+		Wall:            oracle.Duration(time.Since(r.began)),
+		GapTolerance:    oracle.Duration(r.gapTolerance()),
+		OrphanTolerance: oracle.Duration(lockWatchInterval),
+		Metrics:         m,
+		Verdict:         Judge(r.sc.Expect, m, len(h.Intervals)),
+		History:         h,
 		Stack: StackInfo{
 			Provider:      string(r.opts.Stack.Provider()),
 			Lease:         describe(r.leaseEP),
@@ -126,7 +131,12 @@ func describe(ep stack.Endpoint) string {
 	if ep.Direct() {
 		return "postgres (direct)"
 	}
-	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", ep.Name, ep.Version, ep.PoolMode, ep.PoolSize)
+	name := ep.Name
+	if u, err := url.Parse(ep.DSN); err == nil && strings.HasSuffix(u.Path, aliasLeaseSuffix) {
+		// The alias topology's lease name on the one bouncer.
+		name += " database " + strings.TrimPrefix(u.Path, "/")
+	}
+	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", name, ep.Version, ep.PoolMode, ep.PoolSize)
 }
 
 // BackendPIDs returns, per replica, the backend PIDs its lease held while

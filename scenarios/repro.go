@@ -11,8 +11,10 @@ type Repro556Result struct {
 	Reproduction *Report
 	// Guard pairs the unguarded and guarded advisory lease per pool size.
 	Guard []GuardRow
-	// Pinned and Fenced are the two fixes.
-	Pinned, Fenced *Report
+	// Pinned, Fenced and Alias are the three fixes: a session-pinned lease
+	// endpoint on a second bouncer, the fenced table lease, and a
+	// session-mode name for the lease on the one bouncer.
+	Pinned, Fenced, Alias *Report
 }
 
 // GuardRow is one pool size of the guard comparison.
@@ -59,6 +61,9 @@ func Repro556(ctx context.Context, opts RunOptions, done func(*Report) error) (*
 	if res.Fenced, err = run(Issue556Fenced); err != nil {
 		return nil, err
 	}
+	if res.Alias, err = run(Issue556Alias); err != nil {
+		return nil, err
+	}
 	return &res, nil
 }
 
@@ -68,17 +73,18 @@ func (r *Repro556Result) Reproduced() bool {
 	return r.Reproduction.Verdict.Pass && r.Reproduction.Metrics.DoubleRun.Total > 0 && pid != 0
 }
 
-// FixesHeld reports whether both fixes met their expectations.
+// FixesHeld reports whether every fix met its expectation.
 func (r *Repro556Result) FixesHeld() bool {
 	return r.Pinned.Verdict.Pass && r.Pinned.Metrics.DoubleRun.Total == 0 &&
-		r.Fenced.Verdict.Pass && r.Fenced.Metrics.StaleWrites.Accepted == 0
+		r.Fenced.Verdict.Pass && r.Fenced.Metrics.StaleWrites.Accepted == 0 &&
+		r.Alias.Verdict.Pass && r.Alias.Metrics.DoubleRun.Total == 0
 }
 
 // Verdict passes when the reproduction reproduced and both fixes held;
 // otherwise its reason says, in one line, what did not.
 func (r *Repro556Result) Verdict() Verdict {
 	if r.Reproduced() && r.FixesHeld() {
-		return Verdict{Expect: ExpectReproduces, Pass: true, Reason: "two leaders on one backend through a transaction pool of one; both fixes held"}
+		return Verdict{Expect: ExpectReproduces, Pass: true, Reason: "two leaders on one backend through a transaction pool of one; all three fixes held"}
 	}
 	var why []string
 	if !r.Reproduced() {
@@ -93,6 +99,9 @@ func (r *Repro556Result) Verdict() Verdict {
 	}
 	if !r.Fenced.Verdict.Pass {
 		why = append(why, "fenced fix: "+r.Fenced.Verdict.Reason)
+	}
+	if !r.Alias.Verdict.Pass {
+		why = append(why, "alias fix: "+r.Alias.Verdict.Reason)
 	}
 	return Verdict{Expect: ExpectReproduces, Reason: strings.Join(why, "; ")}
 }

@@ -89,6 +89,7 @@ type run struct {
 	workEP     stack.Endpoint
 	conn       *pgxpool.Pool // direct, to the run's database; reconnects after a Postgres restart
 	leaseCheck string
+	lockWatch  *lockWatch
 	toxics     *toxiproxy.ApiServer
 	proxies    map[string][]*toxiproxy.Proxy
 
@@ -101,6 +102,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	if err := r.prepare(ctx); err != nil {
 		return nil, err
 	}
+	r.watchLock(ctx)
 	if err := r.startReplicas(ctx); err != nil {
 		return nil, err
 	}
@@ -117,6 +119,10 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		if err := r.inject(ctx, f); err != nil {
 			return nil, err
 		}
+		// A fault that took longer than planned (a restart on a loaded
+		// machine) still leaves the replicas a TTL and a second to recover
+		// in before the measurement ends, as CellDuration plans for.
+		measureEnd = later(measureEnd, time.Now().Add(r.sc.TTL+time.Second))
 	}
 	if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
 		return nil, err
@@ -126,11 +132,15 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	r.stopReplicas(ctx)
+	// The last sample comes after every replica stopped, so a lock they
+	// left behind shows (oracle.Orphaned.LeftHeld).
+	locks := r.lockWatch.stop(ctx)
 	h, err := oracle.Load(ctx, r.conn, start, end)
 	if err != nil {
 		return nil, err
 	}
-	return r.report(h, oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance()})), nil
+	h.Locks = locks
+	return r.report(h, oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: lockWatchInterval})), nil
 }
 
 // inject runs f, logging on the oracle's clock when it began and when it
@@ -148,6 +158,13 @@ func (r *run) inject(ctx context.Context, f fault.Fault) error {
 	}
 	_, err := oracle.LogEvent(ctx, r.conn, oracle.EventHealed, leader.ID, f.Name())
 	return err
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // gapTolerance is the longest pause between two pieces of a leader's own
@@ -211,6 +228,9 @@ func (r *run) endpoints(ctx context.Context) error {
 		r.leaseEP, r.workEP = ep, ep
 		return nil
 	}
+	if r.sc.Topology.Kind == Alias {
+		return r.aliasEndpoints(ctx)
+	}
 	tx := s.Transaction()
 	if tx.PoolSize != r.sc.Topology.PoolSize {
 		name := "run-" + strings.TrimPrefix(r.db, "run_")
@@ -226,6 +246,44 @@ func (r *run) endpoints(ctx context.Context) error {
 	if r.sc.Topology.Kind == Pinned {
 		r.leaseEP = s.Session().WithDatabase(r.db)
 	}
+	return nil
+}
+
+// aliasLeasePoolSize is the pool of the alias topology's lease name: a
+// session-pooled server connection per connected lease client, and room
+// for the endpoint checks of MaxReplicas replicas starting at once, as the
+// stack's session bouncer has.
+const aliasLeasePoolSize = 20
+
+// aliasLeaseSuffix names the alias topology's lease database after the run's.
+const aliasLeaseSuffix = "_lease"
+
+// aliasEndpoints starts the run's own PgBouncer serving its database under
+// two names: <db>_lease in session pooling for the lease, and <db> in
+// transaction pooling, with the topology's pool size, for the work. Every
+// PgBouncer fault acts on it: the ones scoped to a database (PAUSE, KILL,
+// RECONNECT) on the work name, a restart on both names at once.
+func (r *run) aliasEndpoints(ctx context.Context) error {
+	s := r.opts.Stack
+	leaseName := r.db + aliasLeaseSuffix
+	cfg := pgbouncer.Config{
+		PoolMode:        pgbouncer.PoolTransaction,
+		DefaultPoolSize: r.sc.Topology.PoolSize,
+		Databases: []pgbouncer.Database{
+			{Name: leaseName, DBName: r.db, PoolSize: aliasLeasePoolSize, PoolMode: pgbouncer.PoolSession},
+			{Name: r.db, PoolSize: r.sc.Topology.PoolSize, PoolMode: pgbouncer.PoolTransaction},
+		},
+	}
+	name := "alias-" + strings.TrimPrefix(r.db, "run_")
+	ep, err := s.AddPgBouncer(ctx, name, cfg)
+	if err != nil {
+		return fmt.Errorf("start a PgBouncer with a session-mode lease name and a transaction pool of %d: %w", r.sc.Topology.PoolSize, err)
+	}
+	r.defer_(func() { _ = s.RemovePgBouncer(context.Background(), name) })
+	r.workEP = ep.WithDatabase(r.db)
+	r.workEP.PoolMode, r.workEP.PoolSize = cfg.EffectivePoolMode(r.db, ""), r.sc.Topology.PoolSize
+	r.leaseEP = ep.WithDatabase(leaseName)
+	r.leaseEP.PoolMode, r.leaseEP.PoolSize = cfg.EffectivePoolMode(leaseName, ""), aliasLeasePoolSize
 	return nil
 }
 

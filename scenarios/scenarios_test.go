@@ -95,8 +95,16 @@ func TestReportFilesRoundTrip(t *testing.T) {
 	var back Report
 	require.NoError(t, json.Unmarshal(data, &back))
 	require.Equal(t, ReportSchema, back.Schema)
+	// The report names the servers it ran on, read from them.
+	v := s.Versions()
+	require.Equal(t, VersionsInfo{Set: v.Set, Postgres: v.Postgres, PgBouncer: v.PgBouncer, Note: s.VersionsNote()}, back.Stack.Versions)
+	require.NotEmpty(t, back.Stack.Versions.Postgres)
+	require.NotEmpty(t, back.Stack.Versions.PgBouncer)
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "| versions | "+back.Stack.Versions.String()+" |")
 	// The raw history recomputes the same figures.
-	again := oracle.Analyze(back.History, oracle.Options{GapTolerance: time.Duration(back.GapTolerance)})
+	again := oracle.Analyze(back.History, oracle.Options{GapTolerance: time.Duration(back.GapTolerance), OrphanTolerance: time.Duration(back.OrphanTolerance)})
 	require.Equal(t, rep.Metrics.DoubleRun.Total, again.DoubleRun.Total)
 	require.Equal(t, rep.Metrics.Leaderless.Total, again.Leaderless.Total)
 	require.Equal(t, rep.Metrics.Writes, again.Writes)
@@ -158,6 +166,7 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 	double := oracle.Metrics{DoubleRun: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}
 	stale := oracle.Metrics{StaleWrites: oracle.StaleWrites{Accepted: 1}}
 	clean := oracle.Metrics{}
+	orphan := oracle.Metrics{Orphaned: oracle.Orphaned{Window: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}}
 	for _, tc := range []struct {
 		name   string
 		expect Expectation
@@ -174,6 +183,10 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 		{"FencedButStaleWriteAccepted", ExpectFenced, stale, 5, false},
 		{"NoLeaderWorkFailsSafe", ExpectSafe, clean, 0, false},
 		{"NoLeaderWorkFailsFenced", ExpectFenced, clean, 0, false},
+		{"ReproducesOrOrphansAndDoubleRun", ExpectReproducesOrOrphans, double, 5, true},
+		{"ReproducesOrOrphansAndOrphaned", ExpectReproducesOrOrphans, orphan, 5, true},
+		{"ReproducesOrOrphansFailsWhenTheRunIsClean", ExpectReproducesOrOrphans, clean, 5, false},
+		{"ReproducesOrOrphansFailsWithAStaleWriteOnly", ExpectReproducesOrOrphans, stale, 5, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -190,9 +203,9 @@ func TestParseTopologies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []TopologyKind{Pinned, Direct}, ts)
 	_, err = ParseTopologies("direct,mesh")
-	require.EqualError(t, err, `unknown topology "mesh"; valid: direct, session, transaction, pinned`)
+	require.EqualError(t, err, `unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`)
 	_, err = ParseTopologies(" , ")
-	require.EqualError(t, err, `no topology in " , "; valid: direct, session, transaction, pinned`)
+	require.EqualError(t, err, `no topology in " , "; valid: direct, session, transaction, pinned, alias`)
 	for _, k := range Topologies {
 		require.Equal(t, k != Direct, k.Pooled(), k)
 	}

@@ -62,7 +62,11 @@ type Strategy struct {
 	// oracle then records it with each piece of work.
 	ReportsBackendPID bool
 	// AdvisoryLock is the session advisory lock that is the lease's
-	// leadership; nil for a lease that holds none.
+	// leadership; nil for a lease that holds none. The runner watches it
+	// for the orphaned-lock window. A lease may instead declare its own by
+	// implementing lease.LockHolder (AdvisoryLock and BackendPID): its
+	// replicas then name the lock in their claims, and the runner watches
+	// that one.
 	AdvisoryLock *lease.AdvisoryLock
 	// RefusesTransactionPooling says why the lease refuses a
 	// transaction-pooled lease endpoint, the transaction topology's;

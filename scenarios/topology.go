@@ -17,23 +17,27 @@ const (
 	Session     TopologyKind = "session"
 	Transaction TopologyKind = "transaction"
 	Pinned      TopologyKind = "pinned"
+	// Alias is the #556 fix on one PgBouncer: the same database under two
+	// names, a session-mode one for the lease and a transaction-mode one
+	// for the work (pgbouncer.Database.PoolMode).
+	Alias TopologyKind = "alias"
 )
 
 // Topologies lists every topology, in the order tables show them.
-var Topologies = []TopologyKind{Direct, Session, Transaction, Pinned}
+var Topologies = []TopologyKind{Direct, Session, Transaction, Pinned, Alias}
 
 // Pooled reports whether the work goes through PgBouncer.
 func (k TopologyKind) Pooled() bool { return k != Direct }
 
 // transactionPooled reports whether the work goes through a transaction
 // pool, whose size the Topology carries.
-func (k TopologyKind) transactionPooled() bool { return k == Transaction || k == Pinned }
+func (k TopologyKind) transactionPooled() bool { return k == Transaction || k == Pinned || k == Alias }
 
 // Topology is a TopologyKind with its transaction pool size.
 type Topology struct {
 	Kind TopologyKind `json:"kind"`
-	// PoolSize is default_pool_size of the transaction pool (transaction
-	// and pinned); 0 means 1, the size at which #556 reproduces.
+	// PoolSize is default_pool_size of the transaction pool (transaction,
+	// pinned and alias); 0 means 1, the size at which #556 reproduces.
 	PoolSize int `json:"pool_size,omitempty"`
 }
 

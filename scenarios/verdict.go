@@ -59,6 +59,22 @@ func Judge(expect Expectation, m oracle.Metrics, pieces int) Verdict {
 		} else {
 			v.Reason = fmt.Sprintf("expected fenced, measured %d accepted stale writes", m.StaleWrites.Accepted)
 		}
+	case expect == ExpectReproducesOrOrphans:
+		// Neither shown: the lock behaved as if pinned, which PgBouncer
+		// does not promise. Caught by
+		// TestJudgeFailsInEitherDirection/ReproducesOrOrphansFailsWhenTheRunIsClean.
+		o := m.Orphaned
+		v.Pass = dr.Total > 0 || o.Total > 0
+		switch {
+		case dr.Total > 0 && o.Total > 0:
+			v.Reason = fmt.Sprintf("reproduced: double-run of %s in %d episodes, and the lock orphaned for %s in %d episodes", dr.Total, dr.Episodes, o.Total, o.Episodes)
+		case dr.Total > 0:
+			v.Reason = fmt.Sprintf("reproduced: double-run of %s in %d episodes (longest %s)", dr.Total, dr.Episodes, dr.Longest)
+		case o.Total > 0:
+			v.Reason = fmt.Sprintf("orphaned: the lock outlived its holder for %s in %d episodes (%d re-entered)", o.Total, o.Episodes, o.Reentries)
+		default:
+			v.Reason = "expected a double-run or an orphaned lock, measured neither: the lock behaved as if pinned, which a transaction pool does not promise"
+		}
 	default:
 		v.Reason = fmt.Sprintf("unknown expectation %q", expect)
 	}

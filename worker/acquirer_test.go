@@ -45,7 +45,7 @@ func (l *acquirerLease) Acquire(ctx context.Context) (lease.Result, error) {
 // The gate tests of a lease that waits for leadership (lease.Acquirer),
 // in a synctest bubble as the others.
 func TestGateAcquirer(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	// The worker asks through Acquire, and a follower that waited there is
 	// asked again at once: it waits in the lease, never in the loop.
@@ -56,7 +56,7 @@ func TestGateAcquirer(t *testing.T) {
 			begin := time.Now()
 			start(t, w)
 			for range 3 {
-				rep := <-w.signals.cycled.C()
+				rep := nextCycle(w)
 				require.Equal(t, lease.Follower, rep.Status)
 				require.True(t, rep.Stamped, "a follower is healthy")
 				require.Zero(t, rep.Wait, "Acquire has waited already")

@@ -104,6 +104,7 @@ func (w *Worker) claimFrom(ctx context.Context, term lease.Term, limit int, from
 	if err != nil {
 		return claimed{}, fmt.Errorf("claim jobs from %s: %w", w.table, err)
 	}
+	defer rows.Close() // unread rows would hold the connection, and the pool's Close waits for it
 	var c claimed
 	discarded := 0
 	for rows.Next() {

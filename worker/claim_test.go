@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 func TestClaim(t *testing.T) {
@@ -59,7 +57,7 @@ func TestClaim(t *testing.T) {
 	// from its start: at least every rescanEvery while claims stay full.
 	t.Run("RescansFromTheStartWhileClaimsStayFull", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
+		db := newSchema(t)
 		var once sync.Once
 		var b *jobsBundle
 		h := HandlerFunc(func(ctx context.Context, _ *Job) error {

@@ -22,7 +22,7 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("InsideATransactionOnlyOnCommit", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
+		db := newSchema(t)
 		conn := stacktest.Connect(t, db.Postgres)
 		ctx := context.Background()
 		require.NoError(t, Migrate(ctx, conn, "app_jobs"))
@@ -80,18 +80,19 @@ func TestEnqueue(t *testing.T) {
 		require.Equal(t, int64(math.MaxInt32), maxAttempts, "retried as often as an integer column can count")
 	})
 
-	t.Run("RejectsBadJobs", func(t *testing.T) {
-		t.Parallel()
-		_, err := Enqueue(context.Background(), nil, "", NewJob{})
-		require.ErrorContains(t, err, "Kind is required")
-		_, err = Enqueue(context.Background(), nil, "", NewJob{Kind: "k", MaxAttempts: -1})
-		require.ErrorContains(t, err, "MaxAttempts must be at least 1")
-		_, err = Enqueue(context.Background(), nil, "a.b.c", NewJob{Kind: "k"})
-		require.ErrorContains(t, err, "must be table or schema.table")
-		w := newWorker(t, Config{Lease: newStubLease(lease.Follower)})
-		_, err = w.Enqueue(context.Background(), NewJob{Kind: "k"})
-		require.ErrorContains(t, err, "set Config.DSN or Config.Pool")
-	})
+}
+
+func TestEnqueueRejectsBadJobs(t *testing.T) {
+	// Needs no server: runs first, before the parallel tests (main_test.go).
+	_, err := Enqueue(context.Background(), nil, "", NewJob{})
+	require.ErrorContains(t, err, "Kind is required")
+	_, err = Enqueue(context.Background(), nil, "", NewJob{Kind: "k", MaxAttempts: -1})
+	require.ErrorContains(t, err, "MaxAttempts must be at least 1")
+	_, err = Enqueue(context.Background(), nil, "a.b.c", NewJob{Kind: "k"})
+	require.ErrorContains(t, err, "must be table or schema.table")
+	w := newWorker(t, Config{Lease: newStubLease(lease.Follower)})
+	_, err = w.Enqueue(context.Background(), NewJob{Kind: "k"})
+	require.ErrorContains(t, err, "set Config.DSN or Config.Pool")
 }
 
 func jobIDs(jobs []*Job) []int64 {
@@ -112,7 +113,7 @@ func assertNoError(t *testing.T, err error) bool {
 }
 
 func TestMigrate(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	// The loser of a race a real server shows only when replicas migrate at
 	// the very same moment.
@@ -138,32 +139,35 @@ func TestMigrate(t *testing.T) {
 		})
 	}
 
-	t.Run("ManyReplicasAtOnce", func(t *testing.T) {
-		t.Parallel()
-		db := stacktest.NewDB(t)
-		stacktest.MustExec(t, db.Postgres.DSN, `CREATE SCHEMA app`)
-		conns := make([]*pgx.Conn, 4)
-		for i := range conns {
-			conns[i] = stacktest.Connect(t, db.Transaction)
-		}
-		var wg sync.WaitGroup
-		for _, c := range conns {
-			wg.Go(func() { assertNoError(t, Migrate(context.Background(), c, "app.jobs")) })
-		}
-		wg.Wait()
-		_, err := Enqueue(context.Background(), conns[0], "app.jobs", NewJob{Kind: "k"})
-		require.NoError(t, err)
-		var indexes int
-		require.NoError(t, conns[0].QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_indexes WHERE schemaname = 'app' AND tablename = 'jobs' AND indexname = 'jobs_due'`).Scan(&indexes))
-		require.Equal(t, 1, indexes)
-	})
 }
 
-// migratedConn connects to a fresh database with the default jobs table.
+// Replicas that start together migrate the same table at once, through
+// transaction pooling, and all succeed.
+func TestMigrateManyReplicasAtOnce(t *testing.T) {
+	t.Parallel()
+	db := reusedDB(t)
+	stacktest.MustExec(t, db.Postgres.DSN, `CREATE SCHEMA app`)
+	conns := make([]*pgx.Conn, 4)
+	for i := range conns {
+		conns[i] = stacktest.Connect(t, db.Transaction)
+	}
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() { assertNoError(t, Migrate(context.Background(), c, "app.jobs")) })
+	}
+	wg.Wait()
+	_, err := Enqueue(context.Background(), conns[0], "app.jobs", NewJob{Kind: "k"})
+	require.NoError(t, err)
+	var indexes int
+	require.NoError(t, conns[0].QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_indexes WHERE schemaname = 'app' AND tablename = 'jobs' AND indexname = 'jobs_due'`).Scan(&indexes))
+	require.Equal(t, 1, indexes)
+}
+
+// migratedConn connects to a fresh schema with the default jobs table.
 func migratedConn(t *testing.T) *pgx.Conn {
 	t.Helper()
-	conn := stacktest.Connect(t, stacktest.NewDB(t).Postgres)
+	conn := stacktest.Connect(t, newSchema(t).Postgres)
 	require.NoError(t, Migrate(context.Background(), conn, ""))
 	return conn
 }

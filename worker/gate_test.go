@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/lease"
-	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // The gate tests run in a synctest bubble with the original's defaults
@@ -43,11 +42,19 @@ func gateSetup(t *testing.T, status lease.Status) *gateBundle {
 // next waits for the worker's next cycle. In a bubble, fake time advances
 // to the loop's timer while the test blocks here.
 func (b *gateBundle) next() cycleReport {
-	return <-b.worker.signals.cycled.C()
+	return nextCycle(b.worker)
+}
+
+// nextCycle waits for w's next cycle inside a synctest bubble. The wait is
+// bounded in fake time, which costs no real time: an hour, longer than any
+// wait of the loop (the back-off's cap is 5 minutes), so a loop that stops
+// cycling fails the test at once rather than hanging it.
+func nextCycle(w *Worker) cycleReport {
+	return w.signals.cycled.WaitFor(time.Hour)
 }
 
 func TestGate(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	t.Run("FollowerStampsWithoutPolling", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -186,7 +193,7 @@ func TestGate(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	t.Run("GrowsAndStopsAtItsCap", func(t *testing.T) {
 		t.Parallel()
@@ -195,16 +202,19 @@ func TestBackoff(t *testing.T) {
 			5: 80 * time.Second, 6: 160 * time.Second, 7: 5 * time.Minute, 8: 5 * time.Minute,
 			100: 5 * time.Minute, 1 << 30: 5 * time.Minute,
 		} {
-			got := backoff(DefaultBackoffInitial, DefaultBackoffMultiplier, DefaultBackoffMax, failures)
+			got := returnsSoon(t, func() time.Duration {
+				return backoff(DefaultBackoffInitial, DefaultBackoffMultiplier, DefaultBackoffMax, failures)
+			})
 			require.Equal(t, want, got, "after %d failures", failures)
 		}
 	})
 
 	t.Run("TakesItsSettings", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, 90*time.Millisecond, backoff(10*time.Millisecond, 3, time.Second, 3))
-		require.Equal(t, time.Second, backoff(10*time.Millisecond, 3, time.Second, 6))
-		require.Equal(t, 7*time.Millisecond, backoff(7*time.Millisecond, 1, time.Second, 50), "multiplier 1 is a constant wait")
+		require.Equal(t, 90*time.Millisecond, returnsSoon(t, func() time.Duration { return backoff(10*time.Millisecond, 3, time.Second, 3) }))
+		require.Equal(t, time.Second, returnsSoon(t, func() time.Duration { return backoff(10*time.Millisecond, 3, time.Second, 6) }))
+		require.Equal(t, 7*time.Millisecond, returnsSoon(t, func() time.Duration { return backoff(7*time.Millisecond, 1, time.Second, 50) }),
+			"multiplier 1 is a constant wait")
 	})
 
 	t.Run("LoopWaitsTheBackoffAfterEachFault", func(t *testing.T) {
@@ -238,7 +248,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	get := func(t *testing.T, w *Worker) (int, Health) {
 		t.Helper()
@@ -296,7 +306,9 @@ func TestHealth(t *testing.T) {
 
 			// The lease comes back: the next stamp makes it healthy again.
 			b.lease.set(lease.Follower)
-			b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Stamped })
+			for i := 0; !b.next().Stamped; i++ { // after the back-off the faults have built up
+				require.Less(t, i, 100, "no stamp after the lease came back")
+			}
 			code, h = get(t, b.worker)
 			require.Equal(t, http.StatusOK, code)
 			require.Equal(t, StatusHealthy, h.Status)
@@ -329,7 +341,7 @@ func TestHealth(t *testing.T) {
 }
 
 func TestSweeps(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	type bundle struct {
 		lease  *stubLease
@@ -351,22 +363,6 @@ func TestSweeps(t *testing.T) {
 	}
 	ok := func(context.Context, lease.Term) error { return nil }
 
-	// A worker with a database but no handlers runs its sweeps and leaves
-	// the jobs table alone: it need not even exist.
-	t.Run("WithoutHandlersNeedNoJobsTable", func(t *testing.T) {
-		t.Parallel()
-		db := stacktest.NewDB(t)
-		w := newWorker(t, Config{Lease: newStubLease(lease.Leader), DSN: db.Postgres.DSN, PollInterval: time.Millisecond,
-			Sweeps: []Sweep{SweepFunc("s", ok)}})
-		start(t, w)
-		for range 3 {
-			rep := w.signals.cycled.Wait()
-			require.NoError(t, rep.Err)
-			require.True(t, rep.OK)
-		}
-		require.Zero(t, w.Stats().PollErrors)
-	})
-
 	t.Run("RunInOrderWithTheTerm", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			check := func(ctx context.Context, term lease.Term) error {
@@ -378,8 +374,8 @@ func TestSweeps(t *testing.T) {
 			}
 			b := setup(t, check, check, check)
 			start(t, b.worker)
-			<-b.worker.signals.cycled.C()
-			<-b.worker.signals.cycled.C()
+			nextCycle(b.worker)
+			nextCycle(b.worker)
 			b.worker.Stop()
 			require.Equal(t, []string{"a", "b", "c", "a", "b", "c"}, b.ran)
 		})
@@ -389,7 +385,7 @@ func TestSweeps(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, func(context.Context, lease.Term) error { return errors.New("disk full") }, ok, ok)
 			start(t, b.worker)
-			rep := <-b.worker.signals.cycled.C()
+			rep := nextCycle(b.worker)
 			b.worker.Stop()
 			require.Equal(t, []string{"a", "b", "c"}, b.ran)
 			require.True(t, rep.Stamped, "a sweep's failure does not fail the poll")
@@ -401,7 +397,7 @@ func TestSweeps(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, func(context.Context, lease.Term) error { panic("nil map") }, ok)
 			start(t, b.worker)
-			rep := <-b.worker.signals.cycled.C()
+			rep := nextCycle(b.worker)
 			b.worker.Stop()
 			require.Equal(t, []string{"a", "b"}, b.ran)
 			require.True(t, rep.Stamped)
@@ -414,9 +410,44 @@ func TestSweeps(t *testing.T) {
 			b := setup(t, ok)
 			b.lease.set(lease.Follower)
 			start(t, b.worker)
-			<-b.worker.signals.cycled.C()
+			nextCycle(b.worker)
 			b.worker.Stop()
 			require.Empty(t, b.ran)
 		})
 	})
+}
+
+// A worker with a database but no handlers runs its sweeps and leaves the
+// jobs table alone: it need not even exist.
+func TestSweepsNeedNoJobsTable(t *testing.T) {
+	t.Parallel()
+	ok := func(context.Context, lease.Term) error { return nil }
+	db := newSchema(t)
+	w := newWorker(t, Config{Lease: newStubLease(lease.Leader), DSN: db.Postgres.DSN, PollInterval: time.Millisecond,
+		Sweeps: []Sweep{SweepFunc("s", ok)}})
+	start(t, w)
+	for range 3 {
+		rep := w.signals.cycled.Wait()
+		require.NoError(t, rep.Err)
+		require.True(t, rep.OK)
+	}
+	require.Zero(t, w.Stats().PollErrors)
+}
+
+// returnsSoon returns what f returns, failing the test if f has not
+// returned within a second. The back-off loops while its wait grows; with
+// multiplier 1 it never grows, and a broken loop count would spin for
+// ever: this way it fails the test instead of hanging it.
+func returnsSoon[T any](t *testing.T, f func() T) T {
+	t.Helper()
+	done := make(chan T, 1)
+	go func() { done <- f() }()
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(time.Second):
+		t.Fatal("did not return within a second")
+		var zero T
+		return zero
+	}
 }

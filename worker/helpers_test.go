@@ -2,7 +2,10 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,21 +19,54 @@ import (
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
-// endpoints runs fn once directly against Postgres and once through the
-// stack's transaction-pooling PgBouncer (pool size 1), each with a
-// database of its own.
+// endpoints runs fn once directly against Postgres, in a schema of its
+// own, and once through the stack's transaction-pooling PgBouncer (pool
+// size 1), in a database of its own (reusedDB).
 func endpoints(t *testing.T, fn func(t *testing.T, db stacktest.DB, ep stack.Endpoint)) {
 	t.Helper()
 	t.Run("Direct", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
+		db := newSchema(t)
 		fn(t, db, db.Postgres)
 	})
 	t.Run("ThroughTransactionPooling", func(t *testing.T) {
 		t.Parallel()
-		db := stacktest.NewDB(t)
+		db := reusedDB(t)
 		fn(t, db, db.Transaction)
 	})
+}
+
+// newSchema gives the test a schema of its own in the stack's database and
+// returns it as a DB whose Postgres endpoint pins search_path to it, so
+// that unqualified names (doublerun_jobs, doublerun_leases) are the
+// test's own. It is for tests that connect to Postgres directly: a schema
+// costs a millisecond where a database costs a copy of the template
+// (CREATE DATABASE, a tenth of a second and more on a busy machine).
+// Through PgBouncer a test needs a database of its own (reusedDB) for
+// pools of its own, and session settings such as search_path do not
+// hold in transaction pooling. Its Session and Transaction endpoints are
+// empty.
+func newSchema(t testing.TB) stacktest.DB {
+	t.Helper()
+	s := stacktest.Shared(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "t_" + hex.EncodeToString(b)
+	stacktest.MustExec(t, s.Postgres().DSN, "CREATE SCHEMA "+name)
+	t.Cleanup(func() {
+		// Every connection of the test is closed by now; the lock
+		// timeout turns one left open in a transaction into an error
+		// rather than a hang.
+		stacktest.MustExec(t, s.Postgres().DSN, "SET lock_timeout = '10s'; DROP SCHEMA "+name+" CASCADE")
+	})
+	ep := s.Postgres()
+	u, err := url.Parse(ep.DSN)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	ep.DSN = u.String()
+	return stacktest.DB{Name: name, Stack: s, Postgres: ep}
 }
 
 type jobsBundle struct {
@@ -56,6 +92,11 @@ func jobsSetup(t *testing.T, db stacktest.DB, ep stack.Endpoint, config Config) 
 	config.PollInterval = cmpDuration(config.PollInterval, 5*time.Millisecond)
 	config.BackoffInitial = cmpDuration(config.BackoffInitial, 5*time.Millisecond)
 	config.BackoffMax = cmpDuration(config.BackoffMax, 50*time.Millisecond)
+	// A deadline on every handler's context, for handlers that wait on it:
+	// longer than any test takes, and well below the time the mutation
+	// gate gives the package's tests, so that a mutant that never cancels
+	// them fails rather than hangs.
+	config.VisibilityTimeout = cmpDuration(config.VisibilityTimeout, 30*time.Second)
 	b.worker = newWorker(t, config)
 	return b
 }
@@ -101,25 +142,27 @@ func (b *jobsBundle) states(t *testing.T) map[string]int {
 	t.Helper()
 	rows, err := b.conn.Query(context.Background(), `SELECT state, count(*) FROM doublerun_jobs GROUP BY state`)
 	require.NoError(t, err)
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		require.NoError(t, rows.Scan(&s, &n))
-		out[s] = n
+	type count struct {
+		State string
+		N     int
 	}
-	require.NoError(t, rows.Err())
+	counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[count])
+	require.NoError(t, err)
+	out := map[string]int{}
+	for _, c := range counts {
+		out[c.State] = c.N
+	}
 	return out
 }
 
 var noop = HandlerFunc(func(context.Context, *Job) error { return nil })
 
-// manyJobs migrates a database of its own, inserts n due jobs of kind "k"
+// manyJobs migrates a schema of its own, inserts n due jobs of kind "k"
 // in one statement after running before (such as an ALTER TABLE), analyses
 // the table, and returns a worker on it with a no-op handler for "k".
 func manyJobs(t *testing.T, n int, before ...string) *jobsBundle {
 	t.Helper()
-	db := stacktest.NewDB(t)
+	db := newSchema(t)
 	b := jobsSetup(t, db, db.Postgres, Config{Handlers: map[string]Handler{"k": noop}})
 	for _, sql := range append(before,
 		fmt.Sprintf(`INSERT INTO doublerun_jobs (kind) SELECT 'k' FROM generate_series(1, %d)`, n),

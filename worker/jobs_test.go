@@ -88,11 +88,13 @@ func TestJobs(t *testing.T) {
 			b.enqueue(t, 200, "k")
 			var mu sync.Mutex
 			claimed := map[int64]int{}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // ends claims that would never run out
+			defer cancel()
 			var wg sync.WaitGroup
 			for range 4 {
 				wg.Go(func() {
 					for {
-						jobs, err := b.worker.claim(context.Background(), leaderTerm, 7)
+						jobs, err := b.worker.claim(ctx, leaderTerm, 7)
 						if !assertNoError(t, err) || len(jobs) == 0 {
 							return
 						}
@@ -261,7 +263,8 @@ func TestJobs(t *testing.T) {
 			ids, err := b.worker.Enqueue(context.Background(), NewJob{Kind: "fail"})
 			require.NoError(t, err)
 			start(t, b.worker)
-			for {
+			for i := 0; ; i++ {
+				require.Less(t, i, 10, "still not discarded after %d completions", i)
 				rep := b.worker.signals.completed.Wait()
 				require.NoError(t, rep.Err)
 				if rep.Discarded != 0 {

@@ -12,7 +12,7 @@ import (
 
 // TestBuildOutcomes checks, without a server, what each attempt comes to.
 func TestBuildOutcomes(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 	delay := func(attempt int) time.Duration { return time.Duration(attempt) * time.Second }
 	failed := errors.New("upstream said no")
 	for _, tc := range []struct {

@@ -16,17 +16,16 @@ import (
 )
 
 // waitCompleted waits until w has completed n jobs, failing on the first
-// completion that errs or when testsignal.DefaultTimeout passes.
+// completion that errs or when testsignal.DefaultTimeout passes without
+// one.
 func waitCompleted(t *testing.T, w *Worker, n int64) {
 	t.Helper()
-	timeout := time.NewTimer(testsignal.DefaultTimeout)
-	defer timeout.Stop()
 	for w.Stats().JobsCompleted < n {
 		select {
 		case rep := <-w.signals.completed.C():
 			require.NoError(t, rep.Err)
-		case <-timeout.C:
-			t.Fatalf("%d of %d jobs completed within %s", w.Stats().JobsCompleted, n, testsignal.DefaultTimeout)
+		case <-time.After(testsignal.DefaultTimeout):
+			t.Fatalf("%d of %d jobs completed, then none for %s", w.Stats().JobsCompleted, n, testsignal.DefaultTimeout)
 		}
 	}
 }

@@ -17,59 +17,8 @@ import (
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
-// TestStartStopLeaksNothing is not parallel: goleak compares the
-// goroutines before and after, which other tests running alongside would
-// upset. It runs before the parallel tests are released.
-func TestStartStopLeaksNothing(t *testing.T) {
-	// The shared stack and the test's own connection exist before the
-	// snapshot; only what the worker starts is checked.
-	db := stacktest.NewDB(t)
-	require.NoError(t, Migrate(context.Background(), stacktest.Connect(t, db.Postgres), ""))
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-
-	l := newStubLease(lease.Leader)
-	w, err := New(Config{
-		Lease:        l,
-		DSN:          db.Postgres.DSN,
-		Handlers:     map[string]Handler{"k": noop},
-		Sweeps:       []Sweep{SweepFunc("s", func(context.Context, lease.Term) error { return nil })},
-		PollInterval: time.Millisecond,
-	})
-	require.NoError(t, err)
-	w.signals.Init(t)
-
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Go(func() {
-			for j := range 20 {
-				if (i+j)%2 == 0 {
-					assertNoError(t, w.Start(context.Background()))
-				} else {
-					w.Stop()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	require.NoError(t, w.Start(context.Background()))
-	w.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Polled && r.OK })
-
-	// Many concurrent Stops all return after the loop has ended.
-	for range 16 {
-		wg.Go(func() {
-			w.Stop()
-			require.Equal(t, "worker stopped", w.Health().Reason)
-		})
-	}
-	wg.Wait()
-	require.Zero(t, w.loops.Load())
-	w.Close()
-	w.Close()
-	require.ErrorContains(t, w.Start(context.Background()), "Start after Close")
-}
-
 func TestStartStop(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	type bundle struct {
 		lease  *stubLease
@@ -137,7 +86,7 @@ func TestStartStop(t *testing.T) {
 }
 
 func TestDefaultRetryDelay(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 	for attempt, want := range map[int]time.Duration{
 		1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 12: 2048 * time.Second,
 		13: time.Hour, 100: time.Hour,
@@ -147,7 +96,7 @@ func TestDefaultRetryDelay(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	t.Parallel()
+	// Needs no server: runs first, before the parallel tests (main_test.go).
 
 	t.Run("ZeroValuesTakeTheDefaults", func(t *testing.T) {
 		t.Parallel()
@@ -229,4 +178,56 @@ func TestConfig(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestStartStopLeaksNothing is not parallel: goleak compares the
+// goroutines before and after, which other tests running alongside would
+// upset. It runs before the parallel tests are released, and after the
+// tests that need no server (it is the last test in file order).
+func TestStartStopLeaksNothing(t *testing.T) {
+	// The shared stack and the test's own connection exist before the
+	// snapshot; only what the worker starts is checked.
+	db := newSchema(t)
+	require.NoError(t, Migrate(context.Background(), stacktest.Connect(t, db.Postgres), ""))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	l := newStubLease(lease.Leader)
+	w, err := New(Config{
+		Lease:        l,
+		DSN:          db.Postgres.DSN,
+		Handlers:     map[string]Handler{"k": noop},
+		Sweeps:       []Sweep{SweepFunc("s", func(context.Context, lease.Term) error { return nil })},
+		PollInterval: time.Millisecond,
+	})
+	require.NoError(t, err)
+	w.signals.Init(t)
+
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			for j := range 20 {
+				if (i+j)%2 == 0 {
+					assertNoError(t, w.Start(context.Background()))
+				} else {
+					w.Stop()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, w.Start(context.Background()))
+	w.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Polled && r.OK })
+
+	// Many concurrent Stops all return after the loop has ended.
+	for range 16 {
+		wg.Go(func() {
+			w.Stop()
+			require.Equal(t, "worker stopped", w.Health().Reason)
+		})
+	}
+	wg.Wait()
+	require.Zero(t, w.loops.Load())
+	w.Close()
+	w.Close()
+	require.ErrorContains(t, w.Start(context.Background()), "Start after Close")
 }

@@ -19,8 +19,9 @@ import (
 
 // pool is what the worker needs from a connection pool. *pgxpool.Pool
 // implements it; tests wrap one to break or stall a transaction at COMMIT,
-// failures a real server cannot be asked for (see commit_test.go). pgxmock, which would script such failures, has no
-// release that builds against pgx v5.11 or later.
+// failures a real server cannot be asked for (see commit_test.go). The
+// tests use no pgxmock: no release of it builds against pgx v5.11 or
+// later, and pgx stays at v5.12.
 type pool interface {
 	DB
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)

@@ -18,15 +18,15 @@ import (
 )
 
 const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR] [--replicas N]
-                      [--versions SET,...|all] [--shard I/N]
+                      [--versions SET,...|all] [--shard I/N] [--pool-sizes N,...]
        doublerun chaos merge [--out DIR] DIR...
 
 Runs the chaos matrix: every strategy (advisory, advisory-unguarded,
 advisory-wait, fenced) against every fault of the catalog, and without a
 fault, on the transaction topology (a PgBouncer transaction pool of one;
 advisory-wait refuses it and runs on the others only). CHAOS_TOPOLOGIES, a
-comma-separated list of direct, session, transaction and pinned, selects
-others; --topology overrides it. --fault, --strategy and --topology each
+comma-separated list of direct, session, transaction, pinned and alias,
+selects others; --topology overrides it. --fault, --strategy and --topology each
 narrow the matrix; all three together run a single cell.
 
 Prints one line per cell as it runs and, at the end, a Markdown table by
@@ -54,6 +54,12 @@ under the DIRs (every shard of every set) and prints, and with --out
 writes, the summary an unsharded run would have written; its wall time
 is the shards' total. It exits 1 if a cell did not match its expectation.
 
+--pool-sizes runs each cell of a topology with a transaction pool
+(transaction, pinned, alias) once per size, such as 1,2,4, named
+strategy/topology-poolN/FAULT for sizes above 1; CHAOS_POOL_SIZES gives
+it when the flag does not; the default is 1. Each such cell expects what
+the pool-size table in package chaos says for its size.
+
 --replicas runs every cell with N replicas instead of 2. The expectations
 were measured with 2; with 1 no cell can show a double-run, so the cells
 expected to reproduce one fail.
@@ -77,6 +83,7 @@ func chaosCommand() command {
 			replicas := fs.Int("replicas", 0, replicasHelp)
 			versions := fs.String("versions", "", chaosVersionsHelp)
 			shard := fs.String("shard", "", "run only slice i of n of the cells, such as 2/4 (doublerun chaos merge joins the slices)")
+			poolSizes := fs.String("pool-sizes", "", chaosPoolSizesHelp)
 			if err := parse(fs, args); err != nil {
 				return err
 			}
@@ -98,6 +105,11 @@ func chaosCommand() command {
 			if err != nil {
 				return err
 			}
+			sizes, err := chaosPoolSizes(*poolSizes, fs.isSet("pool-sizes"), os.Getenv(envChaosPoolSizes))
+			if err != nil {
+				return err
+			}
+			cells = chaos.AtPoolSizes(cells, sizes)
 			for i := range cells {
 				cells[i].Replicas = cmp.Or(n, cells[i].Replicas)
 			}

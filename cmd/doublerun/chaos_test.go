@@ -58,7 +58,7 @@ func TestChaosRunsOneCell(t *testing.T) {
 	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, "chaos: 1 cell(s)")
 	require.Contains(t, stdout, "[1/1] PASS fenced/transaction/KILL_LEADER")
-	require.Contains(t, stdout, "| strategy | fault | topology | double-run (episodes) | leaderless | stale writes accepted / rejected | expect | verdict |")
+	require.Contains(t, stdout, "| strategy | fault | topology | double-run (episodes) | leaderless | orphaned lock (episodes) | stale writes accepted / rejected | expect | verdict |")
 	require.Contains(t, stdout, "| fenced | KILL_LEADER | transaction(pool=1) |")
 	for _, f := range []string{"summary.md", "fenced/transaction/KILL_LEADER/report.json", "fenced/transaction/KILL_LEADER/report.md", "fenced/transaction/KILL_LEADER/timeline.svg"} {
 		info, err := os.Stat(filepath.Join(out, f))
@@ -81,9 +81,13 @@ func TestChaosBadInputGetsOneLine(t *testing.T) {
 		{"UnknownStrategy", nil, []string{"--strategy", "zookeeper"}, 2,
 			`doublerun chaos: unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced`},
 		{"UnknownTopology", nil, []string{"--topology", "mesh"}, 2,
-			`doublerun chaos: unknown topology "mesh"; valid: direct, session, transaction, pinned`},
+			`doublerun chaos: unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`},
 		{"UnknownTopologyInEnv", []string{"CHAOS_TOPOLOGIES=direct,mesh"}, nil, 1,
-			`doublerun chaos: CHAOS_TOPOLOGIES: unknown topology "mesh"; valid: direct, session, transaction, pinned`},
+			`doublerun chaos: CHAOS_TOPOLOGIES: unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`},
+		{"BadPoolSize", nil, []string{"--pool-sizes", "1,0"}, 2,
+			`doublerun chaos: --pool-sizes: pool size "0": need a whole number from 1 to 16, such as 1,2,4`},
+		{"BadPoolSizeInEnv", []string{"CHAOS_POOL_SIZES=2,x"}, nil, 1,
+			`doublerun chaos: CHAOS_POOL_SIZES: pool size "x": need a whole number from 1 to 16, such as 1,2,4`},
 		{"FaultDoesNotApply", nil, []string{"--fault", "TERMINATE_LEADER_BACKEND", "--strategy", "fenced", "--topology", "transaction"}, 2,
 			"doublerun chaos: fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
 		{"StrategyRefusesTopology", nil, []string{"--strategy", "advisory-wait"}, 2,

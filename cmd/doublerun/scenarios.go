@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -39,7 +41,7 @@ func listCommand() command {
 	}
 }
 
-const runUsage = `Usage: doublerun run --scenario NAME [--out DIR] [--json] [--duration D] [--replicas N] [--versions SET]
+const runUsage = `Usage: doublerun run --scenario NAME|--file FILE [--out DIR] [--json] [--duration D] [--replicas N] [--versions SET]
 
 Starts a stack (DOUBLERUN_PROVIDER), runs the scenario's replicas as
 separate processes, measures the double-run and leaderless windows through
@@ -49,6 +51,12 @@ the report names the exact versions. Prints one
 line per scenario; --json prints the whole report instead. Exits 1 when the
 verdict fails, 2 on a usage error, 130 on Ctrl-C (after removing what it
 started). See ` + "`doublerun list`" + ` for the names.
+
+--file runs a scenario written as data instead: a JSON object in the form
+of the "scenario" object of a report.json (durations in nanoseconds, or
+strings such as "5s"; fields left out take their defaults), so a user can
+try a topology, timings and a fault without writing Go. Examples are in
+testdata/scenarios. A bad file gets one line naming the field and the fix.
 `
 
 func runCommand() command {
@@ -56,7 +64,8 @@ func runCommand() command {
 		name: "run", summary: "run one scenario and judge it", usage: runUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
 			fs := newFlagSet("run", runUsage, e)
-			name := fs.String("scenario", "", "scenario name (required)")
+			name := fs.String("scenario", "", "a built-in scenario's name (this or --file)")
+			file := fs.String("file", "", "a scenario written as JSON, like report.json's scenario object (this or --scenario)")
 			out := fs.String("out", "reports", "directory for report.json, report.md, timeline.svg and replica logs; empty for none")
 			asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 			duration := fs.Duration("duration", 0, "measure for this long instead of the scenario's default")
@@ -69,12 +78,9 @@ func runCommand() command {
 			if err != nil {
 				return err
 			}
-			if *name == "" {
-				return usageError{"--scenario is required; `doublerun list` shows the names"}
-			}
-			sc, err := scenarios.Lookup(*name)
+			sc, err := scenarioOf(*name, *file)
 			if err != nil {
-				return usageError{err.Error()}
+				return err
 			}
 			if fs.isSet("duration") {
 				if *duration <= 0 {
@@ -141,8 +147,10 @@ Reproduces issue #556 and checks its fixes:
      both replicas leader on the same backend PID, double-run window > 0;
   2. the PID guard's effect: advisory-unguarded against advisory at pool
      sizes 2 to 4;
-  3. the fixes: the pinned endpoint (double-run 0) and the fenced lease
-     (0 accepted stale writes).
+  3. the fixes: the pinned endpoint (double-run 0), the fenced lease
+     (0 accepted stale writes), and one PgBouncer serving the database
+     under a session-mode name for the lease and a transaction-mode name
+     for the work (alias; double-run 0).
 Prints "Successful reproduction" and exits 0 only if 1 reproduced and 3
 held; otherwise prints "Failed to reproduce" and exits 1. --versions (or
 DOUBLERUN_VERSIONS) picks the servers' version set; the reports name the
@@ -214,4 +222,30 @@ func reproCommand() command {
 // cleanup.
 func startStack(ctx context.Context, e *env) (*stack.Stack, func(), error) {
 	return startStackOn(ctx, e, "")
+}
+
+// scenarioOf is the built-in scenario called name, or the one written in
+// file; exactly one of them must be given.
+func scenarioOf(name, file string) (scenarios.Scenario, error) {
+	switch {
+	case name != "" && file != "":
+		return scenarios.Scenario{}, usageError{"--scenario and --file both given; give one"}
+	case file != "":
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return scenarios.Scenario{}, usageError{fmt.Sprintf("--file: %v; give the path of a scenario JSON file, such as testdata/scenarios/alias-reconnect.json", err)}
+		}
+		sc, err := scenarios.ParseScenario(data, strings.TrimSuffix(filepath.Base(file), filepath.Ext(file)))
+		if err != nil {
+			return scenarios.Scenario{}, usageError{fmt.Sprintf("%s: %v", file, err)}
+		}
+		return sc, nil
+	case name == "":
+		return scenarios.Scenario{}, usageError{"--scenario or --file is required; `doublerun list` shows the names, testdata/scenarios has files"}
+	}
+	sc, err := scenarios.Lookup(name)
+	if err != nil {
+		return scenarios.Scenario{}, usageError{err.Error()}
+	}
+	return sc, nil
 }

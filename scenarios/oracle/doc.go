@@ -26,12 +26,20 @@
 //	    under a term granted after it.
 //	  - A stale write is a side-effect write accepted under a token older than
 //	    the newest granted at that moment; a rejected one is the fence working.
+//	  - The orphaned-lock window is the time the lease's advisory lock stayed
+//	    on a backend after the replica that held it there let go or died,
+//	    from the runner's samples of pg_locks ([LockSample]) and the
+//	    replicas' claims ([EventLockClaim]); a replica that ends such a
+//	    stretch by claiming that backend re-entered the lock. See locks.go.
 //
 // Reports carry the raw History, so anyone can recompute the figures.
 //
 // A wrong window is a wrong verdict, so the windows are checked against
 // brute force (a count of working replicas per millisecond over random
-// histories), and the package has a floor in the mutation gate's baseline.
+// histories; for the orphaned-lock window, held and claimed backends per
+// millisecond), the package has a floor in the mutation gate's baseline,
+// and the orphaned-lock window's guards are in
+// testdata/mutation/oracle.guards.json.
 // Those tests need no server: the figures are arithmetic over a History.
 //
 // # The oracle owns its tables

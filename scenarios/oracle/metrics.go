@@ -71,6 +71,9 @@ type History struct {
 	Grants    []Grant    `json:"grants"`
 	Writes    []Write    `json:"writes"`
 	Events    []Event    `json:"events"`
+	// Locks are the runner's samples of the lease's advisory lock, kept
+	// when they change; empty for a lease that holds none.
+	Locks []LockSample `json:"locks,omitempty"`
 }
 
 // Options tune Analyze.
@@ -80,6 +83,10 @@ type Options struct {
 	// cycles (poll interval plus the lease call). Longer gaps are
 	// leaderless time.
 	GapTolerance time.Duration
+	// OrphanTolerance is the longest orphaned-lock stretch that is left
+	// out: the time a server takes to notice that a holder's socket
+	// closed, and the resolution of the runner's lock samples.
+	OrphanTolerance time.Duration
 }
 
 // Metrics are the figures a run is judged by.
@@ -109,6 +116,9 @@ type Metrics struct {
 	StaleWrites StaleWrites `json:"stale_writes"`
 	// Writes is the number of accepted side-effect writes.
 	Writes int `json:"writes"`
+	// Orphaned is the time the lease's advisory lock stayed on a backend
+	// after its holder let go of it or died; see locks.go.
+	Orphaned Orphaned `json:"orphaned"`
 }
 
 // Window is a set of episodes: maximal stretches of time during which a
@@ -164,6 +174,7 @@ func Analyze(h History, opts Options) Metrics {
 	m.Terms, m.LeadershipChanges = terms(h.Grants)
 	m.StaleWrites, m.Writes = staleWrites(h.Writes, h.Grants)
 	m.FailoverLatency, m.FailoverFrom = failover(h, ivs)
+	m.Orphaned = orphaned(h, opts.OrphanTolerance)
 	return m
 }
 

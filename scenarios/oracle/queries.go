@@ -73,3 +73,22 @@ func (r *Recorder) SideEffect(ctx context.Context, tx Execer, token int64) error
 	}
 	return nil
 }
+
+// ClaimedLock returns the keys of the advisory lock some replica's lease
+// named in a claim (EventLockClaim), and false before any did: how the
+// runner learns the lock of a strategy that declares none.
+func ClaimedLock(ctx context.Context, db Querier) (key1, key2 int32, ok bool, err error) {
+	var detail string
+	err = db.QueryRow(ctx, `SELECT detail FROM `+eventsTable+` WHERE kind = $1 ORDER BY id LIMIT 1`, EventLockClaim).Scan(&detail)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("oracle: claimed lock: %w", err)
+	}
+	_, key1, key2, err = ParseClaim(detail)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	return key1, key2, true, nil
+}

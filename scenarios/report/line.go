@@ -16,9 +16,9 @@ func Line(r *scenarios.Report) string {
 		status = "FAIL"
 	}
 	m := r.Metrics
-	return fmt.Sprintf("%s %-40s double-run %8s (%d episodes)  leaderless %8s  stale accepted/rejected %d/%d  [%s: %s]",
+	return fmt.Sprintf("%s %-40s double-run %8s (%d episodes)  leaderless %8s  orphaned %8s (%d)  stale accepted/rejected %d/%d  [%s: %s]",
 		status, r.Scenario.Name, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total,
-		m.StaleWrites.Accepted, m.StaleWrites.Rejected, r.Verdict.Expect, r.Verdict.Reason)
+		m.Orphaned.Total, m.Orphaned.Episodes, m.StaleWrites.Accepted, m.StaleWrites.Rejected, r.Verdict.Expect, r.Verdict.Reason)
 }
 
 // FirstLine is the first line of err, which by house rule says what failed

@@ -32,6 +32,7 @@ func Markdown(r *scenarios.Report) string {
 	row("work endpoint", r.Stack.Work)
 	row("**double-run window**", fmt.Sprintf("%s in %d episodes (longest %s)", m.DoubleRun.Total, m.DoubleRun.Episodes, m.DoubleRun.Longest))
 	row("**leaderless window**", fmt.Sprintf("%s in %d episodes (longest %s; gaps ≤ %s ignored)", m.Leaderless.Total, m.Leaderless.Episodes, m.Leaderless.Longest, r.GapTolerance))
+	row("**orphaned-lock window**", orphanedText(m.Orphaned)+fmt.Sprintf(" (stretches ≤ %s ignored)", r.OrphanTolerance))
 	fo := "-"
 	if m.FailoverLatency != nil {
 		fo = failoverText(*m.FailoverLatency, m.FailoverFrom)
@@ -47,6 +48,12 @@ func Markdown(r *scenarios.Report) string {
 			parts = append(parts, fmt.Sprintf("%s: %v", id, pids[id]))
 		}
 		row("lease backend PIDs", strings.Join(parts, "; "))
+	}
+	for _, o := range m.Orphaned.Orphans {
+		row("orphaned lock", orphanLine(r, o))
+	}
+	if len(m.Orphaned.LeftHeld) > 0 {
+		row("lock left held after every replica stopped", fmt.Sprintf("backends %v: no replica claims them; the lock stays until those server connections close", m.Orphaned.LeftHeld))
 	}
 	verdict := "PASS"
 	if !r.Verdict.Pass {
@@ -67,4 +74,36 @@ func failoverText(d oracle.Duration, from string) string {
 		return v + " from the fault event (before the fault waited for its moment)"
 	}
 	return v
+}
+
+// orphanedText is the orphaned-lock window in one phrase.
+func orphanedText(o oracle.Orphaned) string {
+	if o.Episodes == 0 {
+		return "0s"
+	}
+	s := fmt.Sprintf("%s in %d episodes (longest %s)", o.Total, o.Episodes, o.Longest)
+	if o.Reentries > 0 {
+		s += fmt.Sprintf("; %d re-entrant acquisitions", o.Reentries)
+	}
+	return s
+}
+
+// orphanLine says what happened to one orphaned stretch: its backend, how
+// long from when, who let go and how, whether a client was linked, and
+// who re-entered it.
+func orphanLine(r *scenarios.Report, o oracle.Orphan) string {
+	from := o.Start.Sub(r.History.Start).Round(time.Millisecond)
+	s := fmt.Sprintf("backend %d, %s from +%s, after %s %s", o.BackendPID, o.End.Sub(o.Start).Round(time.Millisecond), from, o.After, o.Cause)
+	switch {
+	case o.ClientLinkedFor == nil:
+		s += "; no bouncer to ask about a client"
+	case *o.ClientLinkedFor == 0:
+		s += "; no client linked to it"
+	default:
+		s += fmt.Sprintf("; a client linked to it for %s of it", o.ClientLinkedFor)
+	}
+	if o.ReenteredBy != "" {
+		s += "; re-entered by " + o.ReenteredBy + " (re-entrant: a second leader on a lock it never took)"
+	}
+	return s
 }

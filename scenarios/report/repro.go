@@ -37,5 +37,6 @@ func Repro556(w io.Writer, r *scenarios.Repro556Result) {
 	fmt.Fprintln(w, "== the fixes")
 	fmt.Fprintf(w, "pinned lease endpoint: double-run %s; %s\n", r.Pinned.Metrics.DoubleRun.Total, r.Pinned.Verdict.Reason)
 	fmt.Fprintf(w, "fenced lease: accepted stale writes %d, rejected %d; %s\n", r.Fenced.Metrics.StaleWrites.Accepted, r.Fenced.Metrics.StaleWrites.Rejected, r.Fenced.Verdict.Reason)
+	fmt.Fprintf(w, "one bouncer, session-mode lease name: double-run %s; %s\n", r.Alias.Metrics.DoubleRun.Total, r.Alias.Verdict.Reason)
 	fmt.Fprintln(w)
 }

@@ -104,12 +104,12 @@ func Summary(cells []Cell, wall time.Duration) string {
 	fmt.Fprintf(&b, "# Chaos matrix\n\n%d cells, %d matched their expectation, %d did not; wall time %s.\n\n",
 		len(cells), len(cells)-len(failed), len(failed), wall.Round(time.Second))
 	b.WriteString(versionsLine(cells))
-	b.WriteString("| strategy | fault | topology | double-run (episodes) | leaderless | stale writes accepted / rejected | expect | verdict |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| strategy | fault | topology | double-run (episodes) | leaderless | orphaned lock (episodes) | stale writes accepted / rejected | expect | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range sorted {
 		sc := c.Scenario
 		if c.Report == nil {
-			fmt.Fprintf(&b, "| %s | %s | %s | - | - | - | %s | **ERROR** |\n", sc.Strategy, sc.Fault, sc.Topology, sc.Expect)
+			fmt.Fprintf(&b, "| %s | %s | %s | - | - | - | - | %s | **ERROR** |\n", sc.Strategy, sc.Fault, sc.Topology, sc.Expect)
 			continue
 		}
 		m := c.Report.Metrics
@@ -120,9 +120,9 @@ func Summary(cells []Cell, wall time.Duration) string {
 		case !c.Report.Verdict.Pass:
 			verdict = "**FAIL**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s (%d) | %s | %d / %d | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s (%d) | %s | %s (%d) | %d / %d | %s | %s |\n",
 			sc.Strategy, sc.Fault, sc.Topology, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total,
-			m.StaleWrites.Accepted, m.StaleWrites.Rejected, sc.Expect, verdict)
+			m.Orphaned.Total, m.Orphaned.Episodes, m.StaleWrites.Accepted, m.StaleWrites.Rejected, sc.Expect, verdict)
 	}
 	if len(failed) > 0 {
 		b.WriteString("\n## Cells that did not match their expectation\n\n")

@@ -43,10 +43,10 @@ func TestSummary(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{
-		"| advisory | none | transaction(pool=1) | - | - | - | reproduces | **ERROR** |",
-		"| advisory | KILL_LEADER | transaction(pool=1) | 0s (2) | 1s | 0 / 3 | reproduces | **FAIL** |",
-		"| advisory | FREEZE_LEADER | transaction(pool=1) | 1.5s (2) | 1s | 0 / 3 | reproduces | PASS |",
-		"| fenced | KILL_LEADER | transaction(pool=1) | 0s (2) | 1s | 0 / 3 | safe | PASS |",
+		"| advisory | none | transaction(pool=1) | - | - | - | - | reproduces | **ERROR** |",
+		"| advisory | KILL_LEADER | transaction(pool=1) | 0s (2) | 1s | 0s (0) | 0 / 3 | reproduces | **FAIL** |",
+		"| advisory | FREEZE_LEADER | transaction(pool=1) | 1.5s (2) | 1s | 0s (0) | 0 / 3 | reproduces | PASS |",
+		"| fenced | KILL_LEADER | transaction(pool=1) | 0s (2) | 1s | 0s (0) | 0 / 3 | safe | PASS |",
 	}, table, "sorted by strategy, then fault in catalog order")
 	require.Contains(t, out, "- `advisory/transaction/KILL_LEADER`: because")
 	require.Contains(t, out, "- `advisory/transaction/none`: could not run as designed: no replica became leader\n")

@@ -42,7 +42,8 @@ func SVG(r *scenarios.Report) string {
 		left, right, top = 70.0, 20.0, 50.0
 		width, lane      = 1000.0, 34.0
 	)
-	height := top + lane*float64(len(replicas)) + 60
+	orphans := orphanLanes(r.Metrics.Orphaned.Orphans)
+	height := top + lane*float64(len(replicas)+len(orphans)) + 60
 	x := func(t time.Time) float64 {
 		return left + (width-left-right)*float64(t.Sub(start))/float64(span)
 	}
@@ -51,10 +52,10 @@ func SVG(r *scenarios.Report) string {
 	b.WriteString(`<defs><pattern id="open" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#4a7bd0"/></pattern></defs>` + "\n")
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	m := r.Metrics
-	title := fmt.Sprintf("%s — double-run %s (%d episodes), leaderless %s, stale writes accepted %d / rejected %d",
-		r.Scenario.Name, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total, m.StaleWrites.Accepted, m.StaleWrites.Rejected)
+	title := fmt.Sprintf("%s — double-run %s (%d episodes), leaderless %s, orphaned lock %s (%d, longest %s), stale writes accepted %d / rejected %d",
+		r.Scenario.Name, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total, m.Orphaned.Total, m.Orphaned.Episodes, m.Orphaned.Longest, m.StaleWrites.Accepted, m.StaleWrites.Rejected)
 	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">%s</text>`+"\n", left, html.EscapeString(title))
-	laneBottom := top + lane*float64(len(replicas))
+	laneBottom := top + lane*float64(len(replicas)+len(orphans))
 	band := func(spans []oracle.Span, fill, label string) {
 		for _, s := range spans {
 			fmt.Fprintf(&b, `<rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" opacity="0.35"><title>%s %s</title></rect>`+"\n",
@@ -79,6 +80,26 @@ func SVG(r *scenarios.Report) string {
 				x(iv.Start), y+6, max(x(iv.End)-x(iv.Start), 1), lane-12, fill, id, iv.Token, iv.BackendPID, iv.End.Sub(iv.Start).Round(time.Millisecond))
 		}
 	}
+	// A lane per orphaned backend: the stretches its lock outlived its
+	// holder, labelled with who re-entered it.
+	for i, pid := range orphans {
+		y := top + lane*float64(len(replicas)+i)
+		fmt.Fprintf(&b, `<text x="10" y="%.0f" fill="#7a3db8">pid %d</text>`+"\n", y+lane/2+4, pid)
+		for _, o := range m.Orphaned.Orphans {
+			if o.BackendPID != pid {
+				continue
+			}
+			label := fmt.Sprintf("orphaned lock on backend %d after %s %s, %s", pid, o.After, o.Cause, o.End.Sub(o.Start).Round(time.Millisecond))
+			if o.ReenteredBy != "" {
+				label += ", re-entered by " + o.ReenteredBy
+			}
+			fmt.Fprintf(&b, `<rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="#7a3db8" opacity="0.7"><title>%s</title></rect>`+"\n",
+				x(o.Start), y+6, max(x(o.End)-x(o.Start), 1), lane-12, html.EscapeString(label))
+			if o.ReenteredBy != "" {
+				fmt.Fprintf(&b, `<text x="%.2f" y="%.0f" fill="#7a3db8">re-entrant: %s</text>`+"\n", x(o.End)+3, y+lane/2+4, html.EscapeString(o.ReenteredBy))
+			}
+		}
+	}
 	for _, e := range h.Events {
 		if e.Kind != oracle.EventFault && e.Kind != oracle.EventHealed && e.Kind != oracle.EventReplicaKilled {
 			continue
@@ -91,7 +112,18 @@ func SVG(r *scenarios.Report) string {
 		t := start.Add(span * time.Duration(i) / 10)
 		fmt.Fprintf(&b, `<text x="%.2f" y="%.0f" text-anchor="middle">%.1fs</text>`+"\n", x(t), laneBottom+25, t.Sub(start).Seconds())
 	}
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#555">blue: leader work (hatched: never ended) · red: double-run · grey: leaderless</text>`+"\n", left, laneBottom+45)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#555">blue: leader work (hatched: never ended) · red: double-run · grey: leaderless · purple: orphaned lock</text>`+"\n", left, laneBottom+45)
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// orphanLanes lists the backends that had an orphaned lock, in order.
+func orphanLanes(os []oracle.Orphan) []int32 {
+	var out []int32
+	for _, o := range os {
+		if !slices.Contains(out, o.BackendPID) {
+			out = append(out, o.BackendPID)
+		}
+	}
+	return out
 }

@@ -28,15 +28,40 @@ var shared struct {
 	err  error
 }
 
+// restartable is one more stack, for the tests that stop and start its
+// servers again and leave them running: they take it one at a time, so
+// that they need not start a stack each.
+var restartable struct {
+	once sync.Once
+	mu   sync.Mutex
+	s    *Stack
+	err  error
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(envSweepChild) != "" {
 		runSweepChild()
 	}
 	code := m.Run()
-	if shared.s != nil {
-		_ = shared.s.Close(context.Background())
+	for _, s := range []*Stack{shared.s, restartable.s} {
+		if s != nil {
+			_ = s.Close(context.Background())
+		}
 	}
 	os.Exit(code)
+}
+
+// restartableStack returns the restartable stack, the test's alone until
+// it ends. The test must leave every server it stops running again.
+func restartableStack(t *testing.T) *Stack {
+	t.Helper()
+	restartable.mu.Lock()
+	t.Cleanup(restartable.mu.Unlock)
+	restartable.once.Do(func() {
+		restartable.s, restartable.err = Start(context.Background(), Options{})
+	})
+	require.NoError(t, restartable.err)
+	return restartable.s
 }
 
 func sharedStack(t *testing.T) *Stack {
@@ -220,9 +245,7 @@ func TestNativeNamesMissingBinaries(t *testing.T) {
 func TestRestartsKeepEndpointsAnswering(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Start(ctx, Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := restartableStack(t)
 	before := s.Endpoints()
 
 	require.NoError(t, s.RestartPgBouncer(ctx, TransactionName))
@@ -246,9 +269,7 @@ func TestRestartsKeepEndpointsAnswering(t *testing.T) {
 func TestStoppingABouncerDoesNotWaitForItsClients(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Start(ctx, Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := restartableStack(t)
 	for _, name := range []string{SessionName, TransactionName} {
 		ep, _ := s.Endpoint(name)
 		connect(t, ep)

@@ -22,7 +22,10 @@ type TB interface {
 // drop the value a test is about to wait for.
 const bufferSize = 1024
 
-// DefaultTimeout is how long Wait waits before it fails the test.
+// DefaultTimeout is how long Wait waits before it fails the test: far
+// longer than any event a test waits for takes on a loaded machine, and
+// far below the time the mutation gate gives the package's tests, so that
+// a mutant that stops the event fails the test instead of timing out.
 const DefaultTimeout = 15 * time.Second
 
 // Signal is a channel wrapper that is free when not initialised.

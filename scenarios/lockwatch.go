@@ -1,0 +1,176 @@
+package scenarios
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/pgbouncer"
+	"github.com/doublerun/doublerun/scenarios/internal/wait"
+	"github.com/doublerun/doublerun/scenarios/oracle"
+)
+
+// lockWatchInterval is how often the runner samples the lease's lock. An
+// orphaned stretch shorter than this can go unseen, and each one's ends
+// are known to within it.
+const lockWatchInterval = 20 * time.Millisecond
+
+// lockWatch samples which backends hold the lease's advisory lock, through
+// the run's direct connection (pg_locks), and, where a bouncer stands
+// between the lease and Postgres, whether it has a client linked to each
+// of those backends (SHOW SERVERS). It keeps a sample only where what it
+// sees changes, and the last one before each change, so the oracle's
+// stretches end where they were last seen (oracle.LockSample).
+type lockWatch struct {
+	conn     *pgxpool.Pool
+	adminDSN string // empty on a direct lease endpoint
+	log      *slog.Logger
+
+	lock    *lease.AdvisoryLock // nil until known
+	admin   *pgbouncer.Admin
+	samples []oracle.LockSample
+	pending *oracle.LockSample // the last sample seen, not yet kept
+
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// watchLock starts watching the lock of the run's strategy. A strategy that
+// declares no lock is watched once a replica's lease names its own (a
+// lease.LockHolder, through its claims); a run in which none does records
+// no samples.
+func (r *run) watchLock(ctx context.Context) {
+	strategy, _ := lookupStrategy(r.sc.Strategy)
+	w := &lockWatch{conn: r.conn, log: r.log, lock: strategy.AdvisoryLock}
+	if !r.leaseEP.Direct() {
+		w.adminDSN = r.leaseEP.AdminDSN
+	}
+	ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		for {
+			w.sample(ctx)
+			if wait.Sleep(ctx, lockWatchInterval) != nil {
+				return
+			}
+		}
+	}()
+	r.lockWatch = w
+	r.defer_(func() { r.lockWatch.stop(context.Background()) })
+}
+
+// stop ends the watch after one last sample and returns every kept sample.
+// It is idempotent.
+func (w *lockWatch) stop(ctx context.Context) []oracle.LockSample {
+	if w == nil {
+		return nil
+	}
+	if w.cancel != nil {
+		w.cancel()
+		w.done.Wait()
+		w.cancel = nil
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		w.sample(sctx)
+		cancel()
+		if w.pending != nil {
+			w.samples = append(w.samples, *w.pending)
+			w.pending = nil
+		}
+		if w.admin != nil {
+			_ = w.admin.Close(context.Background())
+			w.admin = nil
+		}
+	}
+	return w.samples
+}
+
+// sample takes one sample and keeps it if it differs from the last kept.
+// A sample that cannot be taken (Postgres restarting) is skipped.
+func (w *lockWatch) sample(ctx context.Context) {
+	if w.lock == nil {
+		k1, k2, ok, err := oracle.ClaimedLock(ctx, w.conn)
+		if err != nil || !ok {
+			return
+		}
+		w.lock = &lease.AdvisoryLock{Key1: k1, Key2: k2}
+	}
+	var s oracle.LockSample
+	var pids []int32
+	// classid and objid are oids: the keys' bits read as unsigned.
+	err := w.conn.QueryRow(ctx, `SELECT clock_timestamp(), coalesce(array_agg(l.pid ORDER BY l.pid), '{}')
+		FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()
+		AND l.classid::int8 = ($1::int8 & 4294967295) AND l.objid::int8 = ($2::int8 & 4294967295) AND l.objsubid = 2`,
+		w.lock.Key1, w.lock.Key2).Scan(&s.At, &pids)
+	if err != nil {
+		return
+	}
+	linked := w.linked(ctx, pids)
+	for _, pid := range pids {
+		h := oracle.LockHolding{PID: pid}
+		if v, ok := linked[pid]; ok {
+			h.ClientLinked = &v
+		}
+		s.Held = append(s.Held, h)
+	}
+	w.keep(s)
+}
+
+// keep records s when it differs from the last kept sample, after the last
+// sample that did not.
+func (w *lockWatch) keep(s oracle.LockSample) {
+	if len(w.samples) > 0 && sameHolding(w.samples[len(w.samples)-1], s) {
+		w.pending = &s
+		return
+	}
+	if w.pending != nil {
+		w.samples = append(w.samples, *w.pending)
+		w.pending = nil
+	}
+	w.samples = append(w.samples, s)
+}
+
+func sameHolding(a, b oracle.LockSample) bool {
+	return slices.EqualFunc(a.Held, b.Held, func(x, y oracle.LockHolding) bool {
+		return x.PID == y.PID && (x.ClientLinked == nil) == (y.ClientLinked == nil) &&
+			(x.ClientLinked == nil || *x.ClientLinked == *y.ClientLinked)
+	})
+}
+
+// linked asks the lease endpoint's bouncer which of pids' server
+// connections have a client linked; nil where there is no bouncer or it
+// does not answer.
+func (w *lockWatch) linked(ctx context.Context, pids []int32) map[int32]bool {
+	if w.adminDSN == "" || len(pids) == 0 {
+		return nil
+	}
+	if w.admin == nil {
+		a, err := pgbouncer.ConnectAdmin(ctx, w.adminDSN)
+		if err != nil {
+			return nil
+		}
+		w.admin = a
+	}
+	servers, err := w.admin.Servers(ctx)
+	if err != nil {
+		_ = w.admin.Close(context.WithoutCancel(ctx))
+		w.admin = nil
+		return nil
+	}
+	out := map[int32]bool{}
+	for _, pid := range pids {
+		out[pid] = false
+	}
+	for _, sv := range servers {
+		if _, ok := out[int32(sv.RemotePID)]; ok && sv.Linked() {
+			out[int32(sv.RemotePID)] = true
+		}
+	}
+	return out
+}

@@ -1,0 +1,66 @@
+package scenarios_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/lease"
+	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/report"
+)
+
+// byoLockStrategy is an advisory lease on a lock of its own whose strategy
+// declares nothing: the runner learns the lock from the lease's claims.
+const byoLockStrategy = "example-own-lock"
+
+var byoLock = lease.AdvisoryLock{Key1: 4242, Key2: 7}
+
+// A leader killed outright behind a transaction pool leaves its lock on the
+// pooled backend, which PgBouncer keeps with no client linked: the runner
+// sees it in pg_locks and SHOW SERVERS, the oracle records the stretch from
+// the death to the end of the run, and the report says so. One replica, so
+// that nobody re-enters the lock. The strategy that declares its lock and
+// the one whose lease names it must show the same.
+func TestOrphanedLockAfterTheLeaderDies(t *testing.T) {
+	t.Parallel()
+	for _, strategy := range []string{StrategyAdvisory, byoLockStrategy} {
+		t.Run(strategy, func(t *testing.T) {
+			t.Parallel()
+			rep := runScenario(t, Scenario{Name: "orphan-" + strategy, Strategy: strategy, Replicas: 1,
+				Topology: Topology{Kind: Transaction, PoolSize: 1}, Fault: fault.KillLeader.Name(), Expect: ExpectFenced})
+			o := rep.Metrics.Orphaned
+			require.Equal(t, 1, o.Episodes, "one stretch, from the death to the end: %+v", o)
+			orphan := o.Orphans[0]
+			require.Equal(t, rep.BackendPIDs()["r1"], []int32{orphan.BackendPID}, "the backend the lease reported")
+			require.Equal(t, "r1", orphan.After)
+			require.Equal(t, "died", orphan.Cause)
+			require.NotNil(t, orphan.ClientLinkedFor, "the bouncer was asked")
+			require.Less(t, *orphan.ClientLinkedFor, (orphan.End.Sub(orphan.Start) / 2), "no client is linked to the orphaned backend (but for the moment PgBouncer takes to notice the death)")
+			require.Empty(t, orphan.ReenteredBy)
+			require.Equal(t, []int32{orphan.BackendPID}, o.LeftHeld, "the lock outlives the run")
+			var killed oracle.Event
+			for _, e := range rep.History.Events {
+				if e.Kind == oracle.EventReplicaKilled {
+					killed = e
+				}
+			}
+			require.Equal(t, killed.At, orphan.Start, "it starts at the death")
+			require.Equal(t, rep.History.End, orphan.End, "and lasts to the end of the run")
+			require.Contains(t, report.Markdown(rep), "after r1 died;")
+			require.Contains(t, report.SVG(rep), "orphaned lock on backend")
+		})
+	}
+}
+
+// Without a bouncer the lock dies with its holder's session: no orphan.
+func TestNoOrphanedLockOnADirectEndpoint(t *testing.T) {
+	t.Parallel()
+	rep := runScenario(t, Scenario{Name: "orphan-direct", Strategy: StrategyAdvisory, Replicas: 1,
+		Topology: Topology{Kind: Direct}, Fault: fault.KillLeader.Name(), Expect: ExpectFenced})
+	require.NotEmpty(t, rep.History.Locks, "the runner watched the lock")
+	require.Zero(t, rep.Metrics.Orphaned.Episodes, "%+v", rep.Metrics.Orphaned)
+	require.Empty(t, rep.Metrics.Orphaned.LeftHeld)
+}

@@ -1,0 +1,174 @@
+package scenarios
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/doublerun/doublerun/scenarios/fault"
+)
+
+// ParseScenario reads a scenario written as data: a JSON object in the
+// form of the "scenario" object of report.json, so a report's scenario can
+// be run again as it stands. Durations are nanoseconds, as there, or a Go
+// duration string such as "5s". Fields left out take their defaults; a
+// missing name takes fallbackName (the file's name). The error is one line
+// that names the field and says what to write instead.
+func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&raw); err != nil {
+		return Scenario{}, fmt.Errorf("not a JSON object (%v); write one like the \"scenario\" object of a report.json, see testdata/scenarios", err)
+	}
+	var sc Scenario
+	var errs []string
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Sprintf("field %q: ", field)+fmt.Sprintf(format, args...))
+	}
+	str := func(field string, dst *string) {
+		if v, ok := raw[field]; ok {
+			if err := json.Unmarshal(v, dst); err != nil {
+				bad(field, "%s is not a string; write it in double quotes", v)
+			}
+		}
+	}
+	integer := func(field string, dst *int) {
+		if v, ok := raw[field]; ok {
+			if err := json.Unmarshal(v, dst); err != nil {
+				bad(field, "%s is not a whole number", v)
+			}
+		}
+	}
+	duration := func(field string, dst *time.Duration) {
+		v, ok := raw[field]
+		if !ok {
+			return
+		}
+		var ns int64
+		if err := json.Unmarshal(v, &ns); err == nil {
+			*dst = time.Duration(ns)
+		} else {
+			var s string
+			d, perr := time.Duration(0), json.Unmarshal(v, &s)
+			if perr == nil {
+				d, perr = time.ParseDuration(s)
+			}
+			if perr != nil {
+				bad(field, "%s is not a duration; write nanoseconds as report.json does (5000000000) or a string such as \"5s\"", v)
+				return
+			}
+			*dst = d
+		}
+		if *dst < 0 {
+			bad(field, "%s is negative; leave the field out for its default", *dst)
+		}
+	}
+	for field := range raw {
+		if !slices.Contains(scenarioFields, field) {
+			bad(field, "no such field; valid: %s", strings.Join(scenarioFields, ", "))
+		}
+	}
+	str("name", &sc.Name)
+	str("description", &sc.Description)
+	str("strategy", &sc.Strategy)
+	str("fault", &sc.Fault)
+	var expect string
+	str("expect", &expect)
+	sc.Expect = Expectation(expect)
+	integer("replicas", &sc.Replicas)
+	duration("duration", &sc.Duration)
+	duration("poll_interval", &sc.PollInterval)
+	duration("work", &sc.Work)
+	duration("ttl", &sc.TTL)
+	if v, ok := raw["unfenced"]; ok {
+		if err := json.Unmarshal(v, &sc.Unfenced); err != nil {
+			bad("unfenced", "%s is not true or false", v)
+		}
+	}
+	if v, ok := raw["topology"]; ok {
+		var topo map[string]json.RawMessage
+		if err := json.Unmarshal(v, &topo); err != nil {
+			bad("topology", "%s is not an object; write {\"kind\": \"transaction\", \"pool_size\": 2}", v)
+		}
+		for _, k := range slices.Sorted(maps.Keys(topo)) {
+			switch k {
+			case "kind":
+				var kind string
+				if err := json.Unmarshal(topo[k], &kind); err != nil {
+					bad("topology.kind", "%s is not a string; write one of %s in double quotes", topo[k], topologyNames())
+				}
+				sc.Topology.Kind = TopologyKind(kind)
+			case "pool_size":
+				if err := json.Unmarshal(topo[k], &sc.Topology.PoolSize); err != nil || sc.Topology.PoolSize < 0 {
+					bad("topology.pool_size", "%s is not a pool size; write a whole number such as 2, or leave it out for 1", topo[k])
+				}
+			default:
+				bad("topology."+k, "no such field; valid: kind, pool_size")
+			}
+		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		return Scenario{}, errors.New(strings.Join(errs, "; "))
+	}
+	sc.Name = cmp.Or(sc.Name, fallbackName)
+	if err := sc.checkFields(); err != nil {
+		return Scenario{}, err
+	}
+	return sc, nil
+}
+
+// scenarioFields are the JSON fields of a Scenario, in its order.
+var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "expect"}
+
+// checkFields is Validate with each complaint naming its field, on one
+// line.
+func (s Scenario) checkFields() error {
+	d := s.WithDefaults()
+	var errs []string
+	bad := func(field string, err error) { errs = append(errs, fmt.Sprintf("field %q: %v", field, err)) }
+	if s.Name == "" {
+		bad("name", errors.New("missing; name the scenario (its reports go under that name)"))
+	} else if strings.ContainsAny(s.Name, `\`) || strings.Contains(s.Name, "..") {
+		bad("name", fmt.Errorf("%q cannot name a report directory; use letters, digits, '-' and '/'", s.Name))
+	}
+	if s.Strategy == "" {
+		bad("strategy", fmt.Errorf("missing; one of %s", strings.Join(StrategyNames(), ", ")))
+	} else if _, ok := lookupStrategy(s.Strategy); !ok {
+		bad("strategy", fmt.Errorf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
+	}
+	if s.Topology.Kind == "" {
+		bad("topology.kind", fmt.Errorf("missing; one of %s", topologyNames()))
+	} else if _, err := ParseTopology(string(s.Topology.Kind)); err != nil {
+		bad("topology.kind", err)
+	} else if s.Topology.PoolSize > 0 && !s.Topology.Kind.transactionPooled() {
+		bad("topology.pool_size", fmt.Errorf("topology %s has no transaction pool; leave pool_size out", s.Topology.Kind))
+	}
+	switch s.Expect {
+	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans:
+	case "":
+		bad("expect", errors.New("missing; one of safe, reproduces, fenced, reproduces-or-orphans"))
+	default:
+		bad("expect", fmt.Errorf("unknown expectation %q; valid: safe, reproduces, fenced, reproduces-or-orphans", s.Expect))
+	}
+	if d.Replicas < 1 || d.Replicas > MaxReplicas {
+		bad("replicas", fmt.Errorf("%d: need from 1 to %d; %s", d.Replicas, MaxReplicas, MaxReplicasWhy))
+	}
+	if err := fault.CheckName(d.Fault); err != nil {
+		bad("fault", err)
+	} else if len(errs) == 0 {
+		if f, ok := fault.Lookup(d.Fault); ok && !f.Available(d.FaultSetting()) {
+			bad("fault", fmt.Errorf("%s does not apply to strategy %s on topology %s; pick another fault or topology", d.Fault, d.Strategy, d.Topology))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return s.Validate()
+}
