@@ -257,6 +257,10 @@
 // FREEZE, PARTITION and PAUSE cells overlapped (811, 713 and 1,111 ms) with
 // every late write rejected.
 //
+// advisory-wait's alias cells take the advisory lease's expectations, as
+// its cells on every other topology matched them (finding 11); they have
+// not been run yet.
+//
 // # Versions
 //
 // The grid above was measured on PostgreSQL 15 and PgBouncer 1.18. Each
