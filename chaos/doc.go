@@ -247,10 +247,14 @@
 // KILL_LEADER, every cell matched. PgBouncer hands a client the server
 // connection released last, so two replicas mostly share one backend even
 // at pool 4 and the double-run stays (advisory 0.9 to 1.2s at pool 1, 0.5
-// to 1.0s at 2 and 4). At pool 2 the graceful stop of the advisory leader
-// left its lock on a backend with no client linked for 2.7s, and nobody
-// led meanwhile (leaderless 2.8s): the unlock ran on the other backend and
-// said so (lease.ErrUnlockUnconfirmed). At pool 4 such a stretch lasted
+// to 1.0s at 2 and 4). At pool 2 the handed-over leader's unlock ran on
+// the other backend and said so (lease.ErrUnlockUnconfirmed, no clean
+// "gave up leadership"); the survivor, which shared the lock's backend,
+// then had its PID probe answered by the other backend, reset, logged
+// "lease: gave up leadership" and closed its client connection, which in
+// transaction pooling frees nothing: the lock stayed on its backend, no
+// client linked, for the last 2.7s of the run, and nobody led (leaderless
+// 2.8s), the leaderless stretch. At pool 4 such a stretch lasted
 // 22 ms before the follower, handed that backend, re-entered the lock. A
 // killed leader's lock stayed on its backend after the run (left held) in
 // every advisory cell; inside the run the follower already shared that
