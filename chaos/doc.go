@@ -251,8 +251,9 @@
 // the other backend and said so (lease.ErrUnlockUnconfirmed, no clean
 // "gave up leadership"); the survivor, which shared the lock's backend,
 // then had its PID probe answered by the other backend, reset, logged
-// "lease: gave up leadership" and closed its client connection, which in
-// transaction pooling frees nothing: the lock stayed on its backend, no
+// "lease: gave up leadership" (a reset through a transaction pool now warns
+// that the lock may remain held instead) and closed its client connection,
+// which in transaction pooling frees nothing: the lock stayed on its backend, no
 // client linked, for the last 2.7s of the run, and nobody led (leaderless
 // 2.8s), the leaderless stretch. At pool 4 such a stretch lasted
 // 22 ms before the follower, handed that backend, re-entered the lock. A
