@@ -272,6 +272,41 @@
 //
 //	VERSIONS            CELL                                          GRID -> ON THE SET
 //
+// # Pool sizes
+//
+// `doublerun chaos --pool-sizes 1,2,4` (or CHAOS_POOL_SIZES for make chaos;
+// the default stays 1) runs each cell of a topology with a transaction pool
+// (transaction, pinned, alias) once per size, named
+// strategy/topology-poolN/FAULT above 1 (AtPoolSizes). What a cell must show
+// at a size comes from the pool-size table beside the grid (poolsize.go),
+// else from the grid. At 2 and 4 every advisory and advisory-unguarded cell
+// of the transaction topology expects reproduces-or-orphans: which backend
+// each statement gets is then up to PgBouncer, so a run shows either two
+// leaders on one backend (#556) or a lock left on a backend nobody owns,
+// and a run with neither fails, since the lock cannot have behaved as if
+// pinned. The fenced cells and the pinned and alias topologies, whose lease
+// never goes through the sized pool, keep the grid's expectation.
+//
+// Measured on 2026-11-30 (native provider, PostgreSQL 15.18, PgBouncer
+// 1.18.0, load average 20 to 25 on 2 cores; `doublerun chaos --topology
+// transaction --fault F --pool-sizes 1,2,4`), GRACEFUL_HANDOVER and
+// KILL_LEADER, every cell matched. PgBouncer hands a client the server
+// connection released last, so two replicas mostly share one backend even
+// at pool 4 and the double-run stays (advisory 0.9 to 1.2s at pool 1, 0.5
+// to 1.0s at 2 and 4). At pool 2 the handed-over leader's unlock ran on
+// the other backend and said so (lease.ErrUnlockUnconfirmed, no clean
+// "gave up leadership"); the survivor, which shared the lock's backend,
+// then had its PID probe answered by the other backend, reset, logged
+// "lease: gave up leadership" (a reset through a transaction pool now warns
+// that the lock may remain held instead) and closed its client connection,
+// which in transaction pooling frees nothing: the lock stayed on its backend, no
+// client linked, for the last 2.7s of the run, and nobody led (leaderless
+// 2.8s), the issue's leaderless stretch. At pool 4 such a stretch lasted
+// 22 ms before the follower, handed that backend, re-entered the lock. A
+// killed leader's lock stayed on its backend after the run (left held) in
+// every advisory cell; inside the run the follower already shared that
+// backend, so it was never unclaimed.
+//
 // # Reproducing a limitation
 //
 // Each reproduced limitation has a test in repro_test.go that fails with
