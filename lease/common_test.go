@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -47,10 +48,11 @@ func (f execerFunc) Exec(context.Context, string, ...any) (pgconn.CommandTag, er
 	return pgconn.CommandTag{}, f()
 }
 
-// TestErrorKinds covers the small judgements on errors a server returns
-// only in rare moments: a wait ended by lock_timeout, and a lease table
-// that does not exist.
-func TestErrorKinds(t *testing.T) {
+// TestHelpers covers the small helpers both leases share, none of which
+// needs a server: the errors a server returns only in rare moments (a wait
+// ended by lock_timeout, a lease table that does not exist), WaitTimeout's
+// bounds, table names, the default holder and closing no connection.
+func TestHelpers(t *testing.T) {
 	// Not parallel: it needs no server and runs before every test that
 	// does (see TestMain).
 	lockTimeout := &pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"}
@@ -96,6 +98,13 @@ func TestErrorKinds(t *testing.T) {
 			_, err := quoteTable(bad)
 			require.Error(t, err, "%q", bad)
 		}
+	})
+
+	t.Run("DefaultHolderIsHostnameAndPID", func(t *testing.T) {
+		host, err := os.Hostname()
+		require.NoError(t, err)
+		require.NotEmpty(t, host)
+		require.Equal(t, fmt.Sprintf("%s-%d", host, os.Getpid()), defaultHolder())
 	})
 
 	t.Run("ClosingNoConnectionIsANoOp", func(t *testing.T) {
