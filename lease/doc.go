@@ -83,7 +83,10 @@
 // connection that no client owns, until that connection closes, and the
 // next holder may re-enter it there (issue #556 again, after the leader
 // has gone). The unlock runs even if the caller's ctx has ended, bounded
-// by ProbeTimeout.
+// by ProbeTimeout. A reset (the PID guard, a failed probe) on an endpoint
+// CheckEndpoint proved transaction-pooled closes only the client's
+// connection, so it too logs that the lock may remain held, never a clean
+// "gave up leadership".
 //
 // # Waiting instead of polling
 //

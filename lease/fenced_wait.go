@@ -34,7 +34,7 @@ type notifier interface {
 //     NotificationResponse, before the DISCARD ALL has answered, and the
 //     next client of that connection reads every answer one statement
 //     late. Another lease could then read a row meant for an earlier
-//     statement as a grant. BenchmarkFailover hit it about once in 150
+//     statement as a grant. BenchmarkFailover (package failover) hit it about once in 150
 //     graceful hand-overs.
 //
 // Caught by TestFencedWait/ThroughPgBouncerAcquireDoesNotWait.

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"flag"
-	"os"
 	"strconv"
 	"testing"
 
@@ -28,12 +27,9 @@ const testParallel = 8
 // no test after a failure. The tests against the server then run in
 // parallel.
 //
-// A process started with DOUBLERUN_LEASE_BENCH_CHILD set is a replica of
-// BenchmarkFailover, not a test run: see runBenchChild.
+// BenchmarkFailover lives in package failover, which measures failover
+// with these leases.
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(benchChildEnv); spec != "" {
-		os.Exit(runBenchChild(spec))
-	}
 	flag.Parse()
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })

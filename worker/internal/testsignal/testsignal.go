@@ -26,7 +26,7 @@ const bufferSize = 1024
 // longer than any event a test waits for takes on a loaded machine, and
 // far below the time the mutation gate gives the package's tests, so that
 // a mutant that stops the event fails the test instead of timing out.
-const DefaultTimeout = 10 * time.Second
+const DefaultTimeout = 15 * time.Second
 
 // Signal is a channel wrapper that is free when not initialised.
 type Signal[T any] struct {
