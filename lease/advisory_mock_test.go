@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -464,6 +467,41 @@ func TestAdvisoryMock(t *testing.T) {
 		res = mustAcquire(t, ctx, b.lease)
 		require.Equal(t, Leader, res.Status)
 		require.Equal(t, int32(43), b.lease.BackendPID(), "the PID the wait statement read")
+	})
+
+	// A reset closes the connection. Only where that ends the session is
+	// it a clean hand-over; TestAdvisoryRelease shows the same through a
+	// real transaction pool.
+	t.Run("ResetLogsACleanHandOverOnlyWhereClosingFreesTheLock", func(t *testing.T) {
+		t.Parallel()
+		for _, tt := range []struct {
+			name  string
+			kind  EndpointKind
+			clean bool
+		}{{"Direct", EndpointDirect, true}, {"Pinned", EndpointPinned, true}, {"TransactionPooled", EndpointTransactionPooled, false}} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, 2, time.Second)
+				logged := &messages{}
+				b.lease.log = slog.New(logged)
+				b.lease.endpoint = EndpointReport{Kind: tt.kind}
+				c1, c2 := b.conns[0], b.conns[1]
+				expectAcquire(c1, true, 42)
+				expectGrant(b.lease, c1, 1)
+				expectProbe(c1, 43)
+				expectAcquire(c2, false, 44)
+
+				ctx := mockCtx(t)
+				require.Equal(t, Leader, mustTry(t, ctx, b.lease).Status)
+				require.Equal(t, Follower, mustTry(t, ctx, b.lease).Status)
+				clean := slices.Contains(logged.list(), "lease: gave up leadership backend_pid=42 token=1")
+				pooled := slices.ContainsFunc(logged.list(), func(line string) bool {
+					return strings.HasPrefix(line, "lease: gave up leadership by closing its connection, but the lock may remain held")
+				})
+				require.Equal(t, tt.clean, clean, "logged %q", logged.list())
+				require.Equal(t, !tt.clean, pooled, "logged %q", logged.list())
+			})
+		}
 	})
 
 	// Release says whether the unlock freed the lock on the backend that
