@@ -272,6 +272,33 @@
 //
 //	VERSIONS            CELL                                          GRID -> ON THE SET
 //
+// None does yet. On PgBouncer 1.24.1 and PostgreSQL 17.12 (docker
+// provider, `make chaos CHAOS_VERSIONS=pg17-pgbouncer1.24`, one run, load
+// average 15.7 to 20.4 on 2 cores) every one of the 35 transaction cells
+// matched the grid, with no repair between cells:
+//
+//   - #556 is not a 1.18 matter: advisory and advisory-unguarded showed a
+//     double-run in every transaction cell (none: 3.331 s in 17 episodes
+//     and 2.714 s in 16; KILL_LEADER 1.177 s and 1.176 s; FREEZE_LEADER
+//     5.724 s and 6.039 s; POSTGRES_RESTART 5.969 s and 5.226 s), and the
+//     fence rejected every late write (0 accepted).
+//   - The fenced lease showed the same shape as on 1.18: FREEZE_LEADER dr
+//     885 ms in 3 episodes, 1 write rejected; PARTITION_LEADER dr 695 ms
+//     in 2, nothing rejected; KILL_LEADER leaderless 1.957 s; no double-run
+//     elsewhere.
+//   - Finding 4 does not hold on 1.24: the pool answers about half a second
+//     after Postgres does (package pgbouncer, "Findings by version"), and
+//     fenced/transaction/POSTGRES_RESTART showed leaderless 0 s. The
+//     POSTGRES_RESTART cells still took 21 s each on the docker provider
+//     (a container's restart), against about 6 s for most others.
+//   - Finding 6 (the crash on a cancel request) did not show: no server
+//     had to be started again between cells.
+//
+// Sets are compared with `doublerun chaos --versions all` or by merging
+// two runs (`doublerun chaos merge DIR_A DIR_B`), whose summary starts
+// with the cells whose outcome (verdict, double-run, accepted stale
+// write) differs between the sets, with each set's figures.
+//
 // # Pool sizes
 //
 // `doublerun chaos --pool-sizes 1,2,4` (or CHAOS_POOL_SIZES for make chaos;
