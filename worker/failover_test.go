@@ -270,6 +270,10 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 	ctx, cancel := context.WithTimeout(context.Background(), failoverBudget)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
+	// Each step of the test takes seconds, a few more through the docker
+	// provider on a loaded machine; none may take longer than phase, so a
+	// mutant that stops one fails the test well within the budget.
+	phase := func() time.Duration { return min(15*time.Second, time.Until(deadline)) }
 	conn := stacktest.Connect(t, db.Postgres)
 	require.NoError(t, Migrate(ctx, conn, ""))
 	require.NoError(t, lease.MigrateFenced(ctx, conn, ""))
@@ -314,7 +318,7 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 	// midBatch waits until the leader has a batch whose handlers have
 	// recorded their runs but whose outcomes are not recorded yet.
 	midBatch := func() (tm lease.Term) {
-		waitFor(t, "the leader mid-batch", time.Until(deadline), all, func() bool {
+		waitFor(t, "the leader mid-batch", phase(), all, func() bool {
 			tm = leaseTerm()
 			return count(`SELECT count(*) FROM doublerun_jobs j WHERE state = 'running' AND claimed_by = $1 AND claimed_token = $2
 				AND EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.token = $2)`, tm.Holder, tm.Token) > 0
@@ -326,7 +330,7 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 	// granted the lease, then thaw it. It resumes believing it leads and
 	// tries to record its batch's outcomes under its old term: the fence
 	// must reject them.
-	waitFor(t, fmt.Sprintf("%d job runs", freezeAfter), time.Until(deadline), all, func() bool { return count(`SELECT count(*) FROM runs`) >= freezeAfter })
+	waitFor(t, fmt.Sprintf("%d job runs", freezeAfter), phase(), all, func() bool { return count(`SELECT count(*) FROM runs`) >= freezeAfter })
 	var frozenTerm lease.Term
 	var frozenBatch []int64
 	var supersededAt time.Time // when a newer term was granted, on the server's clock
@@ -352,7 +356,7 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 		// after completeStall): try again.
 	}
 	frozen := children[frozenTerm.Holder]
-	waitFor(t, "the thawed leader's outcomes rejected as stale", time.Until(deadline), all, func() bool {
+	waitFor(t, "the thawed leader's outcomes rejected as stale", phase(), all, func() bool {
 		return strings.Contains(frozen.stderr.String(), "outcomes rejected")
 	})
 
@@ -391,12 +395,20 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 		survivors = append(survivors, c)
 	}
 
-	waitFor(t, "a new leader's runs", time.Until(deadline), survivors, func() bool {
+	waitFor(t, "a new leader's runs", phase(), survivors, func() bool {
 		return count(`SELECT count(*) FROM runs WHERE token > $1`, killed.Token) > 0
 	})
 	takeover := time.Since(killedAt)
+	// The jobs complete as long as they keep completing: no phase passes
+	// without one.
+	completed, progressAt := 0, time.Now()
 	waitFor(t, "every job completed", time.Until(deadline), survivors, func() bool {
-		return count(`SELECT count(*) FROM doublerun_jobs WHERE state = 'completed'`) == failoverJobs
+		n := count(`SELECT count(*) FROM doublerun_jobs WHERE state = 'completed'`)
+		if n > completed {
+			completed, progressAt = n, time.Now()
+		}
+		require.Less(t, time.Since(progressAt), phase(), "%d of %d jobs completed, then none for %s", completed, failoverJobs, phase())
+		return n == failoverJobs
 	})
 	elapsed := time.Since(begin)
 

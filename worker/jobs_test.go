@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,15 +37,15 @@ func TestJobs(t *testing.T) {
 				seen.Store(job.ID, args.N)
 				return nil
 			})
-			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"count": h}})
+			var logs lockedBuffer
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"count": h},
+				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 			ids := b.enqueue(t, 25, "count")
 			start(t, b.worker)
-			for b.worker.Stats().JobsCompleted < 25 {
-				rep := b.worker.signals.completed.Wait()
-				require.NoError(t, rep.Err)
-			}
-			b.worker.Stop()
+			waitCompleted(t, b.worker, 25)
+			stop(t, b.worker)
 			require.Equal(t, map[string]int{StateCompleted: 25}, b.states(t))
+			require.NotContains(t, logs.String(), "outcomes not recorded", "no outcome was lost, and none is reported lost")
 			for i, id := range ids {
 				n, ok := seen.Load(id)
 				require.True(t, ok, "job %d ran", id)
@@ -184,7 +185,7 @@ func TestJobs(t *testing.T) {
 			case <-time.After(testsignal.DefaultTimeout):
 				t.Fatal("the job never ran")
 			}
-			b.worker.Stop()
+			stop(t, b.worker)
 			require.Equal(t, StateCompleted, b.job(t, id).State)
 		})
 	})
@@ -272,7 +273,7 @@ func TestJobs(t *testing.T) {
 					break
 				}
 			}
-			b.worker.Stop()
+			stop(t, b.worker)
 			require.Equal(t, int64(3), calls.Load())
 			require.Equal(t, []int{1, 2}, delays, "a retry delay after each failed attempt but the last")
 			row := b.job(t, ids[0])

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -152,7 +153,7 @@ func newWorker(t testing.TB, config Config) *Worker {
 	w, err := New(config)
 	require.NoError(t, err)
 	w.signals.Init(t)
-	t.Cleanup(w.Close)
+	t.Cleanup(func() { returnsWithin(t, "Close", stopTimeout, w.Close) })
 	return w
 }
 
@@ -160,5 +161,34 @@ func newWorker(t testing.TB, config Config) *Worker {
 func start(t testing.TB, w *Worker) {
 	t.Helper()
 	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(w.Stop)
+	t.Cleanup(func() { stop(t, w) })
+}
+
+// stopTimeout bounds Stop and Close in the tests. Stop may take up to
+// completeTimeout to record the outcomes of the jobs in flight.
+const stopTimeout = completeTimeout + 5*time.Second
+
+// stop stops w, failing the test if Stop does not return within
+// stopTimeout.
+func stop(t testing.TB, w *Worker) {
+	t.Helper()
+	returnsWithin(t, "Stop", stopTimeout, w.Stop)
+}
+
+// returnsWithin runs f and fails the test if f has not returned within d,
+// leaving it running. A mutant that makes Stop or Close hang (a connection
+// never released holds pgxpool's Close for ever) fails the test instead of
+// hanging it until the mutation gate's timeout.
+func returnsWithin(t testing.TB, what string, d time.Duration, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Errorf("%s did not return within %s", what, d)
+	}
 }

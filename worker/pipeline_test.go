@@ -16,16 +16,23 @@ import (
 )
 
 // waitCompleted waits until w has completed n jobs, failing on the first
-// completion that errs or when testsignal.DefaultTimeout passes without
-// one.
+// completion that errs or when testsignal.DefaultTimeout passes without a
+// job completing. Completions that record only failures (retries) are no
+// progress.
 func waitCompleted(t *testing.T, w *Worker, n int64) {
 	t.Helper()
-	for w.Stats().JobsCompleted < n {
+	done, progress := w.Stats().JobsCompleted, time.NewTimer(testsignal.DefaultTimeout)
+	defer progress.Stop()
+	for done < n {
 		select {
 		case rep := <-w.signals.completed.C():
 			require.NoError(t, rep.Err)
-		case <-time.After(testsignal.DefaultTimeout):
-			t.Fatalf("%d of %d jobs completed, then none for %s", w.Stats().JobsCompleted, n, testsignal.DefaultTimeout)
+			if now := w.Stats().JobsCompleted; now > done {
+				done = now
+				progress.Reset(testsignal.DefaultTimeout)
+			}
+		case <-progress.C:
+			t.Fatalf("%d of %d jobs completed, then none for %s", done, n, testsignal.DefaultTimeout)
 		}
 	}
 }
@@ -215,7 +222,7 @@ func TestPipeline(t *testing.T) {
 				t.Fatal("the job never ran")
 			}
 			b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Again })
-			b.worker.Stop()
+			stop(t, b.worker)
 			require.Equal(t, StateCompleted, b.job(t, ids[0]).State)
 			require.Equal(t, StateAvailable, b.job(t, ids[1]).State, "never claimed: no handler was free")
 			require.Equal(t, int64(1), b.worker.Stats().JobsCompleted)

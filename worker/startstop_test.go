@@ -39,7 +39,7 @@ func TestStartStop(t *testing.T) {
 		t.Cleanup(b.worker.Stop)
 		require.Equal(t, int32(1), b.worker.loops.Load())
 		b.worker.signals.cycled.Wait()
-		b.worker.Stop()
+		stop(t, b.worker)
 		require.Zero(t, b.worker.loops.Load())
 	})
 
@@ -53,7 +53,7 @@ func TestStartStop(t *testing.T) {
 	t.Run("StopBeforeStartDoesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.worker.Stop()
+		stop(t, b.worker)
 		require.Equal(t, "worker never started", b.worker.Health().Reason)
 	})
 
@@ -62,7 +62,7 @@ func TestStartStop(t *testing.T) {
 		b := setup(t)
 		start(t, b.worker)
 		b.worker.signals.cycled.Wait()
-		b.worker.Stop()
+		stop(t, b.worker)
 		require.NoError(t, b.worker.Start(context.Background()))
 		before := b.worker.Stats().Cycles
 		b.worker.signals.cycled.WaitUntil(func(cycleReport) bool { return b.worker.Stats().Cycles > before })
