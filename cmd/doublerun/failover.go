@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/doublerun/doublerun/failover"
+	"github.com/doublerun/doublerun/chaos/failover"
 )
 
 const failoverUsage = `Usage: doublerun failover [--trials N] [--strategy LIST] [--fault LIST] [--topology LIST] [--poll D] [--ttl D] [--out DIR]

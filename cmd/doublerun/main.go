@@ -19,7 +19,7 @@ import (
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
-	"github.com/doublerun/doublerun/failover"
+	"github.com/doublerun/doublerun/chaos/failover"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/report"
 )

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/doublerun/doublerun/failover"
+	"github.com/doublerun/doublerun/chaos/failover"
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/doublerun/doublerun/failover"
+	"github.com/doublerun/doublerun/chaos/failover"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 

@@ -3,7 +3,7 @@ package failover_test
 import (
 	"testing"
 
-	"github.com/doublerun/doublerun/failover"
+	"github.com/doublerun/doublerun/chaos/failover"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
