@@ -8,7 +8,7 @@ PKGS     ?= ./...
 STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-guards chaos repro-backend-loss repro-paused-holder
+.PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-guards chaos failover repro-backend-loss repro-paused-holder
 
 all: lint build test
 
@@ -56,6 +56,16 @@ CHAOS_SHARD ?=
 ## `doublerun chaos merge DIR...` joins the slices' reports.
 chaos:
 	$(GO) run ./cmd/doublerun chaos --out reports/chaos --versions "$(CHAOS_VERSIONS)" $(if $(CHAOS_SHARD),--shard $(CHAOS_SHARD))
+
+FAILOVER_TRIALS ?= 20
+FAILOVER_FLAGS ?=
+## failover: each lease's failover latency (p50, p99, max, n) after
+## KILL_LEADER, TERMINATE_LEADER_BACKEND and GRACEFUL_HANDOVER, direct and
+## through session pooling, FAILOVER_TRIALS trials per cell on one stack
+## (about 6 min); writes reports/failover/failover.md. FAILOVER_FLAGS="-h"
+## lists the knobs.
+failover:
+	$(GO) run ./cmd/doublerun failover --trials $(FAILOVER_TRIALS) $(FAILOVER_FLAGS)
 
 REPRO_COUNT ?= 20
 ## repro-NAME: loop a limitation found by the chaos matrix (REPRO_COUNT runs

@@ -24,6 +24,12 @@
 //	reproduces  a double-run must appear (a known limitation)
 //	fenced      double-runs allowed, no accepted stale write
 //	-           the fault does not apply
+//	refused     the strategy refuses the topology's lease endpoint, so the
+//	            cell cannot run: advisory-wait on transaction, where a
+//	            waiting follower would hold a pooled server connection
+//	            (lease.Advisory with Wait refuses a transaction-pooled
+//	            endpoint; scenarios.CheckStrategyTopology rejects the
+//	            scenario with that reason before any replica starts)
 //
 // The expectations come from two full runs of the matrix on every topology
 // (native provider, PgBouncer 1.18, PostgreSQL 15, a busy 2-core machine)
@@ -32,71 +38,71 @@
 // is no way for one to appear; fenced where some runs did and some did not,
 // or where the lease's TTL is what the fault plays on.
 //
-//	DIRECT                    advisory            advisory-unguarded  fenced
-//	none                      safe                safe                safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               safe                safe                safe
-//	FREEZE_LEADER             safe                safe                fenced
-//	PARTITION_LEADER          safe                safe                fenced
-//	DELAY_LEADER              safe                safe                fenced
-//	PGBOUNCER_PAUSE           -                   -                   -
-//	PGBOUNCER_KILL            -                   -                   -
-//	PGBOUNCER_RECONNECT       -                   -                   -
-//	PGBOUNCER_RESTART         -                   -                   -
-//	POSTGRES_RESTART          fenced              fenced              fenced
-//	GRACEFUL_HANDOVER         safe                safe                safe
-//	SESSION                   advisory            advisory-unguarded  fenced
-//	none                      safe                safe                safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               safe                safe                safe
-//	FREEZE_LEADER             safe                safe                fenced
-//	PARTITION_LEADER          safe                safe                fenced
-//	DELAY_LEADER              safe                safe                fenced
-//	PGBOUNCER_PAUSE           safe                safe                safe
-//	PGBOUNCER_KILL            fenced              fenced              safe
-//	PGBOUNCER_RECONNECT       safe                safe                safe
-//	PGBOUNCER_RESTART         fenced              fenced              safe
-//	POSTGRES_RESTART          fenced              fenced              fenced
-//	GRACEFUL_HANDOVER         safe                safe                safe
-//	TRANSACTION               advisory            advisory-unguarded  fenced
-//	none                      reproduces          reproduces          safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               reproduces          reproduces          safe
-//	FREEZE_LEADER             reproduces          reproduces          fenced
-//	PARTITION_LEADER          reproduces          reproduces          fenced
-//	DELAY_LEADER              reproduces          reproduces          fenced
-//	PGBOUNCER_PAUSE           reproduces          reproduces          fenced
-//	PGBOUNCER_KILL            reproduces          reproduces          safe
-//	PGBOUNCER_RECONNECT       reproduces          reproduces          safe
-//	PGBOUNCER_RESTART         reproduces          reproduces          safe
-//	POSTGRES_RESTART          reproduces          reproduces          fenced
-//	GRACEFUL_HANDOVER         reproduces          reproduces          safe
-//	PINNED                    advisory            advisory-unguarded  fenced
-//	none                      safe                safe                safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               safe                safe                safe
-//	FREEZE_LEADER             safe                safe                fenced
-//	PARTITION_LEADER          safe                safe                fenced
-//	DELAY_LEADER              safe                safe                fenced
-//	PGBOUNCER_PAUSE           safe                safe                fenced
-//	PGBOUNCER_KILL            safe                safe                safe
-//	PGBOUNCER_RECONNECT       safe                safe                safe
-//	PGBOUNCER_RESTART         fenced              fenced              safe
-//	POSTGRES_RESTART          fenced              fenced              fenced
-//	GRACEFUL_HANDOVER         safe                safe                safe
-//	ALIAS                     advisory            advisory-unguarded  fenced
-//	none                      safe                safe                safe
-//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          -
-//	KILL_LEADER               safe                safe                safe
-//	FREEZE_LEADER             safe                safe                fenced
-//	PARTITION_LEADER          safe                safe                fenced
-//	DELAY_LEADER              safe                safe                fenced
-//	PGBOUNCER_PAUSE           safe                safe                fenced
-//	PGBOUNCER_KILL            safe                safe                safe
-//	PGBOUNCER_RECONNECT       safe                safe                safe
-//	PGBOUNCER_RESTART         fenced              fenced              safe
-//	POSTGRES_RESTART          fenced              fenced              fenced
-//	GRACEFUL_HANDOVER         safe                safe                safe
+//	DIRECT                    advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      safe                safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe                safe
+//	FREEZE_LEADER             safe                safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                safe                fenced
+//	DELAY_LEADER              safe                safe                safe                fenced
+//	PGBOUNCER_PAUSE           -                   -                   -                   -
+//	PGBOUNCER_KILL            -                   -                   -                   -
+//	PGBOUNCER_RECONNECT       -                   -                   -                   -
+//	PGBOUNCER_RESTART         -                   -                   -                   -
+//	POSTGRES_RESTART          fenced              fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe                safe
+//	SESSION                   advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      safe                safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe                safe
+//	FREEZE_LEADER             safe                safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                safe                fenced
+//	DELAY_LEADER              safe                safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                safe                safe
+//	PGBOUNCER_KILL            fenced              fenced              fenced              safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe                safe
+//	TRANSACTION               advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      reproduces          reproduces          refused             safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          refused             -
+//	KILL_LEADER               reproduces          reproduces          refused             safe
+//	FREEZE_LEADER             reproduces          reproduces          refused             fenced
+//	PARTITION_LEADER          reproduces          reproduces          refused             fenced
+//	DELAY_LEADER              reproduces          reproduces          refused             fenced
+//	PGBOUNCER_PAUSE           reproduces          reproduces          refused             fenced
+//	PGBOUNCER_KILL            reproduces          reproduces          refused             safe
+//	PGBOUNCER_RECONNECT       reproduces          reproduces          refused             safe
+//	PGBOUNCER_RESTART         reproduces          reproduces          refused             safe
+//	POSTGRES_RESTART          reproduces          reproduces          refused             fenced
+//	GRACEFUL_HANDOVER         reproduces          reproduces          refused             safe
+//	PINNED                    advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      safe                safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe                safe
+//	FREEZE_LEADER             safe                safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                safe                fenced
+//	DELAY_LEADER              safe                safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                safe                fenced
+//	PGBOUNCER_KILL            safe                safe                safe                safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe                safe
+//	ALIAS                     advisory            advisory-unguarded  advisory-wait       fenced
+//	none                      safe                safe                safe                safe
+//	TERMINATE_LEADER_BACKEND  reproduces          reproduces          reproduces          -
+//	KILL_LEADER               safe                safe                safe                safe
+//	FREEZE_LEADER             safe                safe                safe                fenced
+//	PARTITION_LEADER          safe                safe                safe                fenced
+//	DELAY_LEADER              safe                safe                safe                fenced
+//	PGBOUNCER_PAUSE           safe                safe                safe                fenced
+//	PGBOUNCER_KILL            safe                safe                safe                safe
+//	PGBOUNCER_RECONNECT       safe                safe                safe                safe
+//	PGBOUNCER_RESTART         fenced              fenced              fenced              safe
+//	POSTGRES_RESTART          fenced              fenced              fenced              fenced
+//	GRACEFUL_HANDOVER         safe                safe                safe                safe
 //
 // # Findings
 //
@@ -186,6 +192,74 @@
 //     every TERMINATE_LEADER_BACKEND cell failed. The fault now falls back
 //     to the holder of the strategy's advisory lock (271, 1 for the
 //     built-in ones) in pg_locks, for a strategy that reports no PID.
+//  11. advisory-wait (lease.Advisory with Wait, a follower waiting in
+//     pg_advisory_lock for at most the poll interval) matched the polled
+//     advisory lease's expectation in every one of its 32 cells, in both
+//     runs of them (direct, session and pinned; native provider, PgBouncer
+//     1.18, PostgreSQL 15, load average 14 to 18). Waiting does not close
+//     finding 1, it makes the overlap the whole rest of the piece: the
+//     follower takes the lock the instant the backend dies instead of at
+//     its next poll (TERMINATE_LEADER_BACKEND: dr 167 and 166ms direct, 179
+//     and 95ms session, 365 and 167ms pinned; one write rejected each
+//     time). It fails over fastest where the lock is freed at once
+//     (failover from the injection, second run: KILL_LEADER 14ms direct,
+//     12ms session, 25ms pinned; GRACEFUL_HANDOVER 28, 47 and 43ms, which
+//     include the old leader ending its piece and its write; the polled
+//     fenced lease 52 and 21ms). Its other overlaps were PGBOUNCER_KILL
+//     on session (13ms, first run only), PGBOUNCER_RESTART (35ms pinned in
+//     the first run, 53ms session in the second) and POSTGRES_RESTART
+//     direct (54ms, first run only), the cells that are fenced for the
+//     polled lease too.
+//  12. A waiting follower that stops crashes PgBouncer 1.18 in session
+//     pooling (finding 6, pgbouncer/pgbouncer#801): the follower is in the
+//     middle of its pg_advisory_lock when its replica is stopped, pgx sends
+//     a cancel request as its context ends, and the process exits before
+//     PgBouncer has forwarded it. The session bouncer's log then reads
+//     "started sending cancel request", "client unexpected eof" for the
+//     cancel request's own connection, and "FATAL @src/objects.c:1060 in
+//     function disconnect_client(): bad client state: 0" (reproduced with
+//     advisory-wait/session/none on a kept stack: the second run crashed
+//     it).
+//     RunMatrix started the session bouncer again after 9 of the 24
+//     session and pinned cells in the first run and 13 in the second; no
+//     verdict changed, because it happens at the end of a cell. The polled
+//     lease is rarely mid-statement when it stops, hence once per full run
+//     in finding 6. lease.Advisory ends a wait that way today; ending it by
+//     closing the connection instead of a cancel request would avoid the
+//     crash, at the cost of the server holding the dying backend's wait
+//     until its lock_timeout (WaitTimeout).
+//
+// # The alias topology
+//
+// One PgBouncer serves the run's database under two names: <db>_lease in
+// pool_mode=session (pool of 20) for the lease, and <db> in
+// pool_mode=transaction with the cell's pool size for the work: the #556
+// fix for teams that run one bouncer. Its column of the table above lives
+// beside the grid (grid_alias.go). PAUSE, KILL and RECONNECT act on the
+// work name only (they are scoped to the run's database); a restart takes
+// both names down at once.
+//
+// The expectations are pinned's, and one run of the 35 cells on
+// 2026-11-30 (native provider, PostgreSQL 15.18, PgBouncer 1.18.0, load
+// average 12 to 19 on 2 cores; `doublerun chaos --topology alias`, 4m37s)
+// matched all of them. The advisory lease showed no double-run and no
+// orphaned lock wherever pinned shows none: the lock taken through the
+// session name excluded the other replica while their work shared one
+// transaction backend. As on pinned, TERMINATE_LEADER_BACKEND overlapped
+// once (dr 178 ms advisory, 148 ms unguarded, the late write rejected),
+// and PGBOUNCER_RESTART did too (60 and 44 ms: the restart drops the
+// lease's session and the work's backends together, so the follower takes
+// the lock while the old leader's piece is still running), as did
+// POSTGRES_RESTART unguarded (45 ms). GRACEFUL_HANDOVER and
+// PGBOUNCER_RECONNECT of the work name left nothing behind: the lease name's
+// server_reset_query (DISCARD ALL) frees the lock when the leader closes,
+// and RECONNECT never touches the lease's backend. The fenced lease's
+// FREEZE, PARTITION and PAUSE cells overlapped (811, 713 and 1,111 ms) with
+// every late write rejected.
+//
+// advisory-wait's alias cells take the advisory lease's expectations, as
+// its cells on every other topology matched them (finding 11); they have
+// not been run yet.
 //
 // # Versions
 //
@@ -197,6 +271,68 @@
 // cells whose expectation differs by set:
 //
 //	VERSIONS            CELL                                          GRID -> ON THE SET
+//
+// None does yet. On PgBouncer 1.24.1 and PostgreSQL 17.12 (docker
+// provider, `make chaos CHAOS_VERSIONS=pg17-pgbouncer1.24`, one run, load
+// average 15.7 to 20.4 on 2 cores) every one of the 35 transaction cells
+// matched the grid, with no repair between cells:
+//
+//   - #556 is not a 1.18 matter: advisory and advisory-unguarded showed a
+//     double-run in every transaction cell (none: 3.331 s in 17 episodes
+//     and 2.714 s in 16; KILL_LEADER 1.177 s and 1.176 s; FREEZE_LEADER
+//     5.724 s and 6.039 s; POSTGRES_RESTART 5.969 s and 5.226 s), and the
+//     fence rejected every late write (0 accepted).
+//   - The fenced lease showed the same shape as on 1.18: FREEZE_LEADER dr
+//     885 ms in 3 episodes, 1 write rejected; PARTITION_LEADER dr 695 ms
+//     in 2, nothing rejected; KILL_LEADER leaderless 1.957 s; no double-run
+//     elsewhere.
+//   - Finding 4 does not hold on 1.24: the pool answers about half a second
+//     after Postgres does (package pgbouncer, "Findings by version"), and
+//     fenced/transaction/POSTGRES_RESTART showed leaderless 0 s. The
+//     POSTGRES_RESTART cells still took 21 s each on the docker provider
+//     (a container's restart), against about 6 s for most others.
+//   - Finding 6 (the crash on a cancel request) did not show: no server
+//     had to be started again between cells.
+//
+// Sets are compared with `doublerun chaos --versions all` or by merging
+// two runs (`doublerun chaos merge DIR_A DIR_B`), whose summary starts
+// with the cells whose outcome (verdict, double-run, accepted stale
+// write) differs between the sets, with each set's figures.
+//
+// # Pool sizes
+//
+// `doublerun chaos --pool-sizes 1,2,4` (or CHAOS_POOL_SIZES for make chaos;
+// the default stays 1) runs each cell of a topology with a transaction pool
+// (transaction, pinned, alias) once per size, named
+// strategy/topology-poolN/FAULT above 1 (AtPoolSizes). What a cell must show
+// at a size comes from the pool-size table beside the grid (poolsize.go),
+// else from the grid. At 2 and 4 every advisory and advisory-unguarded cell
+// of the transaction topology expects reproduces-or-orphans: which backend
+// each statement gets is then up to PgBouncer, so a run shows either two
+// leaders on one backend (#556) or a lock left on a backend nobody owns,
+// and a run with neither fails, since the lock cannot have behaved as if
+// pinned. The fenced cells and the pinned and alias topologies, whose lease
+// never goes through the sized pool, keep the grid's expectation.
+//
+// Measured on 2026-11-30 (native provider, PostgreSQL 15.18, PgBouncer
+// 1.18.0, load average 20 to 25 on 2 cores; `doublerun chaos --topology
+// transaction --fault F --pool-sizes 1,2,4`), GRACEFUL_HANDOVER and
+// KILL_LEADER, every cell matched. PgBouncer hands a client the server
+// connection released last, so two replicas mostly share one backend even
+// at pool 4 and the double-run stays (advisory 0.9 to 1.2s at pool 1, 0.5
+// to 1.0s at 2 and 4). At pool 2 the handed-over leader's unlock ran on
+// the other backend and said so (lease.ErrUnlockUnconfirmed, no clean
+// "gave up leadership"); the survivor, which shared the lock's backend,
+// then had its PID probe answered by the other backend, reset, logged
+// "lease: gave up leadership" (a reset through a transaction pool now warns
+// that the lock may remain held instead) and closed its client connection,
+// which in transaction pooling frees nothing: the lock stayed on its backend, no
+// client linked, for the last 2.7s of the run, and nobody led (leaderless
+// 2.8s), the issue's leaderless stretch. At pool 4 such a stretch lasted
+// 22 ms before the follower, handed that backend, re-entered the lock. A
+// killed leader's lock stayed on its backend after the run (left held) in
+// every advisory cell; inside the run the follower already shared that
+// backend, so it was never unclaimed.
 //
 // # Reproducing a limitation
 //

@@ -9,7 +9,9 @@ import (
 )
 
 // Row is what one strategy must show under one fault, per topology. A
-// topology missing from a row is one where the fault does not apply.
+// topology missing from a row is one where the fault does not apply, or
+// whose lease endpoint the strategy refuses (advisory-wait on transaction;
+// see scenarios.CheckStrategyTopology).
 type Row map[scenarios.TopologyKind]scenarios.Expectation
 
 // Shorthands for the grid below.
@@ -34,61 +36,73 @@ var grid = map[string]map[string]Row{
 	fault.None: {
 		scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {direct: safe, session: safe, tx: safe, pinned: safe},
 	},
 	fault.TerminateLeaderBackend.Name(): {
 		scenarios.StrategyAdvisory:          {direct: repr, session: repr, tx: repr, pinned: repr},
 		scenarios.StrategyAdvisoryUnguarded: {direct: repr, session: repr, tx: repr, pinned: repr},
+		scenarios.StrategyAdvisoryWait:      {direct: repr, session: repr, pinned: repr},
 		scenarios.StrategyFenced:            {},
 	},
 	fault.KillLeader.Name(): {
 		scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {direct: safe, session: safe, tx: safe, pinned: safe},
 	},
 	fault.FreezeLeader.Name(): {
 		scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc},
 	},
 	fault.PartitionLeader.Name(): {
 		scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc},
 	},
 	fault.DelayLeader.Name(): {
 		scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc},
 	},
 	fault.PgBouncerPause.Name(): {
 		scenarios.StrategyAdvisory:          {session: safe, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {session: safe, tx: fenc, pinned: fenc},
 	},
 	fault.PgBouncerKill.Name(): {
 		scenarios.StrategyAdvisory:          {session: fenc, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {session: fenc, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {session: fenc, pinned: safe},
 		scenarios.StrategyFenced:            {session: safe, tx: safe, pinned: safe},
 	},
 	fault.PgBouncerReconnect.Name(): {
 		scenarios.StrategyAdvisory:          {session: safe, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {session: safe, tx: safe, pinned: safe},
 	},
 	fault.PgBouncerRestart.Name(): {
 		scenarios.StrategyAdvisory:          {session: fenc, tx: repr, pinned: fenc},
 		scenarios.StrategyAdvisoryUnguarded: {session: fenc, tx: repr, pinned: fenc},
+		scenarios.StrategyAdvisoryWait:      {session: fenc, pinned: fenc},
 		scenarios.StrategyFenced:            {session: safe, tx: safe, pinned: safe},
 	},
 	fault.PostgresRestart.Name(): {
 		scenarios.StrategyAdvisory:          {direct: fenc, session: fenc, tx: repr, pinned: fenc},
 		scenarios.StrategyAdvisoryUnguarded: {direct: fenc, session: fenc, tx: repr, pinned: fenc},
+		scenarios.StrategyAdvisoryWait:      {direct: fenc, session: fenc, pinned: fenc},
 		scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc},
 	},
 	fault.GracefulHandover.Name(): {
 		scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, pinned: safe},
 		scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {direct: safe, session: safe, tx: safe, pinned: safe},
 	},
 }
@@ -106,7 +120,8 @@ func Expect(strategy string, topology scenarios.TopologyKind, faultName string) 
 
 // ExpectationTable renders the grid as text, one block per topology with a
 // row per fault and a column per strategy ("-" where the fault does not
-// apply). The package documentation shows it.
+// apply, "refused" where the strategy refuses the topology's lease
+// endpoint). The package documentation shows it.
 func ExpectationTable() string {
 	var b strings.Builder
 	for _, topo := range scenarios.Topologies {
@@ -119,7 +134,11 @@ func ExpectationTable() string {
 			fmt.Fprintf(&b, "%-26s", f)
 			for _, s := range Strategies {
 				e, ok := Expect(s, topo, f)
-				if !ok {
+				switch {
+				case ok:
+				case scenarios.CheckStrategyTopology(s, topo) != nil:
+					e = "refused"
+				default:
 					e = "-"
 				}
 				fmt.Fprintf(&b, "%-20s", e)

@@ -14,27 +14,27 @@ import (
 // documentation.
 var aliasGrid = map[string]map[string]scenarios.Expectation{
 	fault.None: {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
 	fault.TerminateLeaderBackend.Name(): {
-		scenarios.StrategyAdvisory: repr, scenarios.StrategyAdvisoryUnguarded: repr},
+		scenarios.StrategyAdvisory: repr, scenarios.StrategyAdvisoryWait: repr, scenarios.StrategyAdvisoryUnguarded: repr},
 	fault.KillLeader.Name(): {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
 	fault.FreezeLeader.Name(): {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: fenc},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: fenc},
 	fault.PartitionLeader.Name(): {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: fenc},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: fenc},
 	fault.DelayLeader.Name(): {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: fenc},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: fenc},
 	fault.PgBouncerPause.Name(): {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: fenc},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: fenc},
 	fault.PgBouncerKill.Name(): {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
 	fault.PgBouncerReconnect.Name(): {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
 	fault.PgBouncerRestart.Name(): {
-		scenarios.StrategyAdvisory: fenc, scenarios.StrategyAdvisoryUnguarded: fenc, scenarios.StrategyFenced: safe},
+		scenarios.StrategyAdvisory: fenc, scenarios.StrategyAdvisoryWait: fenc, scenarios.StrategyAdvisoryUnguarded: fenc, scenarios.StrategyFenced: safe},
 	fault.PostgresRestart.Name(): {
-		scenarios.StrategyAdvisory: fenc, scenarios.StrategyAdvisoryUnguarded: fenc, scenarios.StrategyFenced: fenc},
+		scenarios.StrategyAdvisory: fenc, scenarios.StrategyAdvisoryWait: fenc, scenarios.StrategyAdvisoryUnguarded: fenc, scenarios.StrategyFenced: fenc},
 	fault.GracefulHandover.Name(): {
-		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
+		scenarios.StrategyAdvisory: safe, scenarios.StrategyAdvisoryWait: safe, scenarios.StrategyAdvisoryUnguarded: safe, scenarios.StrategyFenced: safe},
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // Strategies are the matrix's strategies, in table order.
-var Strategies = []string{scenarios.StrategyAdvisory, scenarios.StrategyAdvisoryUnguarded, scenarios.StrategyFenced}
+var Strategies = []string{scenarios.StrategyAdvisory, scenarios.StrategyAdvisoryUnguarded, scenarios.StrategyAdvisoryWait, scenarios.StrategyFenced}
 
 // columns are the matrix's faults: no fault, then the catalog in order.
 func columns() []string { return append([]string{fault.None}, fault.Names()...) }
@@ -34,6 +34,9 @@ func Cell(strategy string, topology scenarios.TopologyKind, faultName string) (s
 		return scenarios.Scenario{}, err
 	}
 	if err := fault.CheckName(faultName); err != nil {
+		return scenarios.Scenario{}, err
+	}
+	if err := scenarios.CheckStrategyTopology(strategy, topology); err != nil {
 		return scenarios.Scenario{}, err
 	}
 	expect, ok := Expect(strategy, topology, faultName)

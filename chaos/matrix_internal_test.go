@@ -35,6 +35,9 @@ func TestGridIsComplete(t *testing.T) {
 				if f, ok := fault.Lookup(faultName); ok {
 					applies = f.Available(sc.FaultSetting())
 				}
+				// A strategy that refuses the topology's lease endpoint
+				// has no cell there.
+				applies = applies && scenarios.CheckStrategyTopology(strategy, topo) == nil
 				_, inGrid := Expect(strategy, topo, faultName)
 				require.Equal(t, applies, inGrid, "%s/%s/%s: the grid and Available disagree", strategy, topo, faultName)
 			}
@@ -81,7 +84,7 @@ func TestMatrix(t *testing.T) {
 		require.GreaterOrEqual(t, sc.Duration-sc.Duration/3, sc.WithDefaults().TTL+1000*1e6, sc.Name)
 	}
 	txCells := Matrix(scenarios.Transaction)
-	require.Len(t, txCells, 35, "3 strategies × 12 columns, less TERMINATE_LEADER_BACKEND for fenced")
+	require.Len(t, txCells, 35, "3 strategies × 12 columns, less TERMINATE_LEADER_BACKEND for fenced; advisory-wait refuses transaction")
 	require.Equal(t, "advisory/transaction/none", txCells[0].Name)
 	require.Equal(t, len(all), len(Matrix(scenarios.Topologies...)))
 
@@ -90,11 +93,12 @@ func TestMatrix(t *testing.T) {
 	require.Equal(t, "fenced/transaction/KILL_LEADER", sc.Name)
 	require.Equal(t, 1, sc.Topology.PoolSize)
 	for _, tc := range []struct{ strategy, topology, fault, want string }{
-		{"zookeeper", "transaction", "KILL_LEADER", `unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, fenced`},
+		{"zookeeper", "transaction", "KILL_LEADER", `unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced`},
 		{"fenced", "mesh", "KILL_LEADER", `unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`},
 		{"fenced", "transaction", "METEOR", `unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, `},
 		{"fenced", "transaction", "TERMINATE_LEADER_BACKEND", "fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
 		{"advisory", "direct", "PGBOUNCER_KILL", "fault PGBOUNCER_KILL does not apply to strategy advisory on topology direct"},
+		{"advisory-wait", "transaction", "none", "strategy advisory-wait refuses topology transaction: a waiting follower holds its server connection"},
 	} {
 		_, err := Cell(tc.strategy, scenarios.TopologyKind(tc.topology), tc.fault)
 		require.ErrorContains(t, err, tc.want)

@@ -422,9 +422,15 @@ func (a *Advisory) fault(ctx context.Context, what string, err error) Result {
 }
 
 // reset closes the connection, which ends the session and with it the lock
-// (on a direct or session-pinned endpoint), and forgets the term.
+// (on a direct or session-pinned endpoint), and forgets the term. Through a
+// transaction pool the close ends only the client's connection: the lock
+// stays on the pooled backend, so no clean hand-over is logged there.
 func (a *Advisory) reset(ctx context.Context) {
-	if a.held {
+	// Caught by TestAdvisoryRelease/AResetThroughTransactionPoolingIsNoCleanHandOver.
+	if a.held && a.endpoint.Kind == EndpointTransactionPooled {
+		a.log.WarnContext(ctx, "lease: gave up leadership by closing its connection, but the lock may remain held on a pooled server connection",
+			"backend_pid", a.pid, "token", a.term.Token)
+	} else if a.held {
 		a.log.InfoContext(ctx, "lease: gave up leadership", "backend_pid", a.pid, "token", a.term.Token)
 	}
 	closeConn(ctx, a.conn)

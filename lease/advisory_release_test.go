@@ -132,4 +132,28 @@ func TestAdvisoryRelease(t *testing.T) {
 		require.NoError(t, onHolder.Rollback(ctx))
 		require.Equal(t, holder, advisoryHolderPID(t, ctx, admin, 271, 1), "the lock is still held on the pooled backend after the lease closed")
 	})
+
+	// The PID guard resets by closing the connection; through a
+	// transaction pool that leaves the lock on the pooled backend, so the
+	// reset must not log a clean hand-over.
+	t.Run("AResetThroughTransactionPoolingIsNoCleanHandOver", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		ep := db.AddBouncer(t, pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: 1})
+		ctx := testCtx(t)
+		admin := stacktest.Connect(t, db.Postgres)
+		l, logged := newLoggedAdvisory(t, ep, "a")
+		require.Equal(t, Leader, mustTry(t, ctx, l).Status)
+		holder := l.BackendPID()
+		l.probe = func(ctx context.Context, c conn) (int32, error) {
+			pid, err := queryBackendPID(ctx, c)
+			return pid + 1, err
+		}
+		mustTry(t, ctx, l)
+		require.True(t, loggedLike(logged, "lease: gave up leadership by closing its connection, but the lock may remain held"), "logged %q", logged.list())
+		for _, line := range logged.list() {
+			require.NotEqual(t, "lease: gave up leadership", line, "no clean hand-over is logged")
+		}
+		require.Equal(t, holder, advisoryHolderPID(t, ctx, admin, 271, 1), "the lock stayed on the pooled backend")
+	})
 }

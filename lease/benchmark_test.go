@@ -3,8 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,73 +51,42 @@ func BenchmarkPoll(b *testing.B) {
 	}
 }
 
-// benchSpec is one lease of a benchmark, in a form that can also be handed
-// to a child process (see runBenchChild). Name and Key keep benchmarks and
-// trials apart: Name is the Fenced row and the token row, Key the Advisory
-// lock's second key.
+// benchSpec is one lease of BenchmarkPoll. Name and Key keep benchmarks
+// apart: Name is the Fenced row and the token row, Key the Advisory lock's
+// second key. (Package failover measures failover with the same leases.)
 type benchSpec struct {
-	// Strategy is advisory, advisory-wait, fenced or fenced-wait; a -wait
-	// strategy is the lease with Wait set, called through Acquire.
-	Strategy string        `json:"strategy"`
-	DSN      string        `json:"dsn"`
-	Name     string        `json:"name"`
-	Holder   string        `json:"holder"`
-	Key      int32         `json:"key"`
-	TTL      time.Duration `json:"ttl"`  // Fenced's; 0 for the default
-	Poll     time.Duration `json:"poll"` // a replica's pace; see replicaLoop
+	// Strategy is advisory or fenced.
+	Strategy string
+	DSN      string
+	Name     string
+	Holder   string
+	Key      int32
 }
 
 func (s benchSpec) as(holder string) benchSpec { s.Holder = holder; return s }
 
-func (s benchSpec) waits() bool { return strings.HasSuffix(s.Strategy, "-wait") }
-
-// appName is the lease connection's application_name, by which a
-// benchmark finds its backend.
-func (s benchSpec) appName() string { return s.Name + "-" + s.Holder }
-
-// newBenchLease builds the lease spec describes, logging to log (nil
-// discards). The advisory lease accepts a transaction pool, as
-// BenchmarkPoll measures #556 there, unless it waits, which is refused
-// there.
-func newBenchLease(ctx context.Context, s benchSpec, log *slog.Logger) (Lease, error) {
-	switch strings.TrimSuffix(s.Strategy, "-wait") {
-	case "advisory":
-		return NewAdvisory(ctx, AdvisoryConfig{
-			DSN: s.DSN, Name: s.Name, Holder: s.Holder, Key2: s.Key, ApplicationName: s.appName(),
-			AllowTransactionPooling: !s.waits(), Wait: s.waits(), Logger: log,
-		})
-	case "fenced":
-		return NewFenced(ctx, FencedConfig{
-			DSN: s.DSN, Name: s.Name, Holder: s.Holder, ApplicationName: s.appName(), TTL: s.TTL, Wait: s.waits(), Logger: log,
-		})
-	}
-	return nil, fmt.Errorf("no strategy %q", s.Strategy)
-}
-
 // benchLease builds the lease spec describes and closes it when b ends.
+// The advisory lease accepts a transaction pool, as BenchmarkPoll
+// measures #556 there.
 func benchLease(b testing.TB, s benchSpec) Lease {
 	b.Helper()
-	l, err := newBenchLease(testCtx(b), s, nil)
+	var (
+		l   Lease
+		err error
+	)
+	switch s.Strategy {
+	case "advisory":
+		l, err = NewAdvisory(testCtx(b), AdvisoryConfig{
+			DSN: s.DSN, Name: s.Name, Holder: s.Holder, Key2: s.Key, ApplicationName: s.Name + "-" + s.Holder, AllowTransactionPooling: true,
+		})
+	case "fenced":
+		l, err = NewFenced(testCtx(b), FencedConfig{DSN: s.DSN, Name: s.Name, Holder: s.Holder, ApplicationName: s.Name + "-" + s.Holder})
+	default:
+		err = fmt.Errorf("no strategy %q", s.Strategy)
+	}
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
-}
-
-// call is one call of a replica: Acquire for a waiting strategy,
-// TryAcquire otherwise.
-func (s benchSpec) call(ctx context.Context, l Lease) (Result, error) {
-	if s.waits() {
-		return l.(Acquirer).Acquire(ctx)
-	}
-	return l.TryAcquire(ctx)
-}
-
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p + 99) / 100 // nearest rank
-	return sorted[max(i, 1)-1]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -83,7 +83,10 @@
 // connection that no client owns, until that connection closes, and the
 // next holder may re-enter it there (issue #556 again, after the leader
 // has gone). The unlock runs even if the caller's ctx has ended, bounded
-// by ProbeTimeout.
+// by ProbeTimeout. A reset (the PID guard, a failed probe) on an endpoint
+// CheckEndpoint proved transaction-pooled closes only the client's
+// connection, so it too logs that the lock may remain held, never a clean
+// "gave up leadership".
 //
 // # Waiting instead of polling
 //
@@ -163,11 +166,13 @@
 // The PID guard narrows the window but cannot close it. It runs at the
 // next poll, after the second replica has already acted; with a pool of
 // one backend every probe sees the same PID and it never fires at all.
-// TestAdvisoryTransactionPooling measures this over 20 trials per pool
-// size: at size 1 every trial gives two leaders and the guard never fires;
-// at sizes 2 to 4 a second leader appeared in 17 to 20 trials of 20 in our
-// runs, and the guard had removed it by the next poll in only 3 to 14 of
-// them, varying from run to run (the counts are logged with -v).
+// BenchmarkPIDGuardAtPoolSizes measures this, one trial per iteration
+// (-benchtime=20x for 20 trials per pool size): at size 1 every trial
+// gives two leaders and the guard never fires, which
+// TestAdvisoryTransactionPooling also checks on every test run; at sizes 2
+// to 4 a second leader appeared in 17 to 20 trials of 20 in our runs, and
+// the guard had removed it by the next poll in only 3 to 14 of them,
+// varying from run to run.
 //
 // # Detecting the endpoint
 //
@@ -196,9 +201,10 @@
 //     undetected transaction pooling are the same verdict, and the evidence
 //     says so. PgBouncer reuses the server connection released last, so an
 //     idle pool is always caught; a busy one usually is.
-//     TestCheckEndpoint/FalseNegativeRate measures it at pool sizes 1, 2
+//     BenchmarkCheckEndpointFalseNegatives measures it at pool sizes 1, 2
 //     and 4, idle and with more clients than servers kept busy: pool size
-//     1 is always detected, and in our runs CheckEndpoint missed no pool of
+//     1 is always detected (TestCheckEndpoint checks that on every test
+//     run), and in our runs CheckEndpoint missed no pool of
 //     size 2 or 4 either, while a naive check (two connections, one query
 //     each) missed a busy pool of size 2 in 15% to 70% of its attempts and
 //     one of size 4 in 60% to 85%. A pool busier than the test's, or with

@@ -76,7 +76,7 @@ func (r EndpointReport) String() string {
 // asks for its backend PID. Three clients, interleaved, catch an idle
 // transaction pool of any size on the first round: PgBouncer hands the
 // next client the server connection released last. Under concurrent load
-// from other clients the odds fall; see TestCheckEndpoint/FalseNegativeRate.
+// from other clients the odds fall; see BenchmarkCheckEndpointFalseNegatives.
 const (
 	checkClients = 3
 	checkRounds  = 4

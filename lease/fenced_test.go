@@ -16,7 +16,8 @@ import (
 )
 
 func TestFencedConfig(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it needs no server and runs before every test that
+	// does (see TestMain).
 
 	t.Run("AppliesDefaults", func(t *testing.T) {
 		t.Parallel()
@@ -55,6 +56,7 @@ func TestFencedConfig(t *testing.T) {
 		{"RejectsANegativeMargin", FencedConfig{DSN: "postgres://localhost/db", Margin: -time.Second}, "Margin"},
 		{"RejectsANegativeTTL", FencedConfig{DSN: "postgres://localhost/db", TTL: -time.Second}, "TTL"},
 		{"RejectsABadTable", FencedConfig{DSN: "postgres://localhost/db", Table: "a..b"}, "Table"},
+		{"RejectsAWaitTimeoutBelowAMillisecond", FencedConfig{DSN: "postgres://localhost/db", WaitTimeout: time.Microsecond}, "WaitTimeout"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

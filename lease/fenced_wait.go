@@ -34,7 +34,7 @@ type notifier interface {
 //     NotificationResponse, before the DISCARD ALL has answered, and the
 //     next client of that connection reads every answer one statement
 //     late. Another lease could then read a row meant for an earlier
-//     statement as a grant. BenchmarkFailover hit it about once in 150
+//     statement as a grant. BenchmarkFailover (package failover) hit it about once in 150
 //     graceful hand-overs.
 //
 // Caught by TestFencedWait/ThroughPgBouncerAcquireDoesNotWait.
@@ -126,14 +126,16 @@ func (f *Fenced) listen(ctx context.Context) error {
 		return nil
 	}
 	// A done context makes WaitForNotification return what pgx has
-	// buffered, and then an error without reading the socket.
+	// buffered, and then an error without reading the socket. ctx bounds
+	// the loop all the same: it runs with f.mu held.
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	for {
+	for ctx.Err() == nil {
 		if got, _ := n.WaitForNotification(done); got == nil {
 			return nil
 		}
 	}
+	return ctx.Err()
 }
 
 // waitForRelease waits until this lease is released, the current term

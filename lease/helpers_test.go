@@ -21,7 +21,17 @@ import (
 // instead of the whole binary.
 func testCtx(t testing.TB) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mockCtx bounds a test against a scripted conn, whose every answer
+// comes at once unless the script delays it: a call that hangs fails the
+// test in seconds.
+func mockCtx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -63,12 +73,20 @@ func newAdvisoryT(t testing.TB, ep stack.Endpoint, holder string, mods ...func(*
 
 func allowTransactionPooling(c *AdvisoryConfig) { c.AllowTransactionPooling = true }
 
-// newFencedT migrates the lease table through a direct connection and
-// builds a Fenced on ep, closed when the test ends.
+// fencedMigrated holds the names of the databases whose default lease
+// table newFencedT has created, so that a test's later leases do not open
+// a connection to migrate again.
+var fencedMigrated sync.Map
+
+// newFencedT migrates the lease table through a direct connection, once
+// per database, and builds a Fenced on ep, closed when the test ends.
 func newFencedT(t testing.TB, db stacktest.DB, ep stack.Endpoint, holder string, mods ...func(*FencedConfig)) *Fenced {
 	t.Helper()
 	ctx := testCtx(t)
-	require.NoError(t, MigrateFenced(ctx, stacktest.Connect(t, db.Postgres), ""))
+	if _, done := fencedMigrated.Load(db.Name); !done {
+		require.NoError(t, MigrateFenced(ctx, stacktest.Connect(t, db.Postgres), ""))
+		fencedMigrated.Store(db.Name, true)
+	}
 	cfg := FencedConfig{DSN: ep.DSN, Holder: holder, ApplicationName: "fenced-" + holder, Logger: testLogger(t)}
 	for _, m := range mods {
 		m(&cfg)

@@ -76,7 +76,10 @@
 //	replicas[]          id, pid, exit, log path
 //	metrics             oracle.Metrics: double_run and leaderless
 //	                    {episodes, total, longest (ms), spans[]},
-//	                    failover_latency (ms or absent), max_concurrent_leaders,
+//	                    failover_latency (ms or absent) and failover_from
+//	                    (where it is measured from: "injection", the instant
+//	                    the fault acted, or "fault", the fault event before
+//	                    the fault waited for its moment), max_concurrent_leaders,
 //	                    leadership_changes, terms, writes,
 //	                    stale_writes {accepted, rejected},
 //	                    orphaned {episodes, total, longest, spans[],

@@ -6,3 +6,6 @@ func WithReplicaHook(opts RunOptions, f func(pid int)) RunOptions {
 	opts.onReplica = f
 	return opts
 }
+
+// LookupStrategy exposes lookupStrategy to the tests.
+func LookupStrategy(name string) (Strategy, bool) { return lookupStrategy(name) }

@@ -89,7 +89,7 @@ func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error 
 	if !ok {
 		return fmt.Errorf("strategy %q is not registered in this binary; register it before MaybeRunReplica", spec.Strategy)
 	}
-	l, err := strategy.New(ctx, LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, Logger: log})
+	l, err := strategy.New(ctx, LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, PollInterval: spec.PollInterval, Logger: log})
 	if err != nil {
 		return fmt.Errorf("build lease: %w", err)
 	}

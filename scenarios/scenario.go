@@ -37,7 +37,7 @@ type Scenario struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
 	// Strategy names a registered lease strategy: StrategyAdvisory,
-	// StrategyAdvisoryUnguarded, StrategyFenced, or one given to
+	// StrategyAdvisoryUnguarded, StrategyAdvisoryWait, StrategyFenced, or one given to
 	// RegisterStrategy.
 	Strategy string   `json:"strategy"`
 	Topology Topology `json:"topology"`
@@ -99,6 +99,10 @@ func (s Scenario) Validate() error {
 		errs = append(errs, fmt.Errorf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
 	}
 	if _, err := ParseTopology(string(s.Topology.Kind)); err != nil {
+		errs = append(errs, err)
+	}
+	// Caught by TestStrategyRefusalMatchesTheLease/advisory-wait.
+	if err := CheckStrategyTopology(s.Strategy, s.Topology.Kind); err != nil {
 		errs = append(errs, err)
 	}
 	switch s.Expect {

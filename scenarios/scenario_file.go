@@ -18,13 +18,21 @@ import (
 // form of the "scenario" object of report.json, so a report's scenario can
 // be run again as it stands. Durations are nanoseconds, as there, or a Go
 // duration string such as "5s". Fields left out take their defaults; a
-// missing name takes fallbackName (the file's name). The error is one line
-// that names the field and says what to write instead.
+// missing name takes fallbackName (the file's name). A whole report.json
+// is read as its scenario. The error is one line that names the field and
+// says what to write instead.
 func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
 		return Scenario{}, fmt.Errorf("not a JSON object (%v); write one like the \"scenario\" object of a report.json, see testdata/scenarios", err)
+	}
+	if inner, ok := raw["scenario"]; ok && raw["schema"] != nil {
+		// A whole report.json: run its scenario again.
+		raw = nil
+		if err := json.Unmarshal(inner, &raw); err != nil {
+			return Scenario{}, fmt.Errorf("field \"scenario\" of this report is not an object (%v)", err)
+		}
 	}
 	var sc Scenario
 	var errs []string

@@ -40,6 +40,11 @@ func TestParseScenarioReadsReportJSONsScenario(t *testing.T) {
 		require.NoError(t, err, sc.Name)
 		require.Equal(t, sc, back)
 	}
+	whole, err := json.Marshal(Report{Schema: ReportSchema, Scenario: Issue556Alias.WithDefaults()})
+	require.NoError(t, err)
+	back, err := ParseScenario(whole, "")
+	require.NoError(t, err, "a whole report.json runs its scenario again")
+	require.Equal(t, Issue556Alias.WithDefaults(), back)
 	sc, err := ParseScenario([]byte(`{"strategy": "fenced", "topology": {"kind": "direct"}, "duration": "3s", "expect": "safe"}`), "from-file")
 	require.NoError(t, err)
 	require.Equal(t, "from-file", sc.Name, "a missing name takes the file's")

@@ -21,6 +21,10 @@ const (
 	// StrategyAdvisoryUnguarded is lease.Advisory without the guard, to
 	// show what the guard does.
 	StrategyAdvisoryUnguarded = "advisory-unguarded"
+	// StrategyAdvisoryWait is lease.Advisory with Wait: a follower waits
+	// in pg_advisory_lock and leads the moment the server frees the lock.
+	// It refuses a transaction-pooled lease endpoint.
+	StrategyAdvisoryWait = "advisory-wait"
 	// StrategyFenced is lease.Fenced, the table lease with a TTL and a
 	// fencing token.
 	StrategyFenced = "fenced"
@@ -37,6 +41,9 @@ type LeaseConfig struct {
 	DSN string
 	// TTL is the scenario's TTL for leases that have one.
 	TTL time.Duration
+	// PollInterval is the worker's poll interval; a lease that waits in
+	// Acquire may wait about as long.
+	PollInterval time.Duration
 	// Logger goes to the replica's log file.
 	Logger *slog.Logger
 }
@@ -61,33 +68,52 @@ type Strategy struct {
 	// replicas then name the lock in their claims, and the runner watches
 	// that one.
 	AdvisoryLock *lease.AdvisoryLock
+	// RefusesTransactionPooling says why the lease refuses a
+	// transaction-pooled lease endpoint, the transaction topology's;
+	// empty for a lease that takes any endpoint. A scenario of such a
+	// strategy on that topology is invalid.
+	RefusesTransactionPooling string
 }
 
+// waitRefusal is why lease.Advisory with Wait refuses a transaction-pooled
+// endpoint.
+const waitRefusal = "a waiting follower holds its server connection while it waits, so lease.Advisory with Wait refuses a transaction-pooled endpoint"
+
 // advisory builds the built-in advisory strategies on lease.Advisory,
-// whose lock is lease.DefaultAdvisoryLock.
-func advisory(unguarded bool) Strategy {
+// whose lock is lease.DefaultAdvisoryLock. A waiting one waits for at most
+// the poll interval, so a worker's cycle stays about as long as a polling
+// one's.
+func advisory(unguarded, wait bool) Strategy {
 	lock := lease.DefaultAdvisoryLock
-	return Strategy{
+	s := Strategy{
 		// The scenarios let the advisory lease run through transaction
-		// pooling: measuring what happens there is their point.
+		// pooling: measuring what happens there is their point. A waiting
+		// one refuses it all the same.
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
 			return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
 				DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger,
 				Key1: lock.Key1, Key2: lock.Key2,
 				DisablePIDGuard: unguarded, AllowTransactionPooling: true,
+				Wait: wait, WaitTimeout: c.PollInterval,
 			})
 		},
 		ReportsBackendPID: true,
 		AdvisoryLock:      &lock,
 	}
+	// Caught by TestStrategyRefusalMatchesTheLease/advisory-wait.
+	if wait {
+		s.RefusesTransactionPooling = waitRefusal
+	}
+	return s
 }
 
 var strategies = struct {
 	sync.Mutex
 	m map[string]Strategy
 }{m: map[string]Strategy{
-	StrategyAdvisory:          advisory(false),
-	StrategyAdvisoryUnguarded: advisory(true),
+	StrategyAdvisory:          advisory(false, false),
+	StrategyAdvisoryUnguarded: advisory(true, false),
+	StrategyAdvisoryWait:      advisory(false, true),
 	StrategyFenced: {
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
 			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger})
@@ -117,6 +143,17 @@ func lookupStrategy(name string) (Strategy, bool) {
 	defer strategies.Unlock()
 	s, ok := strategies.m[name]
 	return s, ok
+}
+
+// CheckStrategyTopology returns nil when strategy takes topology k's lease
+// endpoint, and otherwise says why it refuses it. An unknown strategy is
+// Validate's to report.
+func CheckStrategyTopology(strategy string, k TopologyKind) error {
+	s, ok := lookupStrategy(strategy)
+	if !ok || s.RefusesTransactionPooling == "" || k != Transaction {
+		return nil
+	}
+	return fmt.Errorf("strategy %s refuses topology %s: %s; use direct, session or pinned", strategy, k, s.RefusesTransactionPooling)
 }
 
 // StrategyNames lists the registered strategies, sorted.

@@ -21,9 +21,10 @@ const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--t
                       [--versions SET,...|all] [--shard I/N] [--pool-sizes N,...]
        doublerun chaos merge [--out DIR] DIR...
 
-Runs the chaos matrix: every strategy (advisory, advisory-unguarded, fenced)
-against every fault of the catalog, and without a fault, on the transaction
-topology (a PgBouncer transaction pool of one). CHAOS_TOPOLOGIES, a
+Runs the chaos matrix: every strategy (advisory, advisory-unguarded,
+advisory-wait, fenced) against every fault of the catalog, and without a
+fault, on the transaction topology (a PgBouncer transaction pool of one;
+advisory-wait refuses it and runs on the others only). CHAOS_TOPOLOGIES, a
 comma-separated list of direct, session, transaction, pinned and alias,
 selects others; --topology overrides it. --fault, --strategy and --topology each
 narrow the matrix; all three together run a single cell.
@@ -178,6 +179,11 @@ func chaosCells(faultName, strategy, topology, envTopologies string) ([]scenario
 		}
 	}
 	if len(cells) == 0 {
+		for _, k := range topologies {
+			if err := scenarios.CheckStrategyTopology(strategy, k); err != nil {
+				return nil, usageError{err.Error()}
+			}
+		}
 		if faultName != "" && strategy != "" && len(topologies) == 1 {
 			if _, err := chaos.Cell(strategy, topologies[0], faultName); err != nil {
 				return nil, usageError{err.Error()}

@@ -79,7 +79,7 @@ func TestChaosBadInputGetsOneLine(t *testing.T) {
 		{"UnknownFault", nil, []string{"--fault", "METEOR"}, 2,
 			`doublerun chaos: unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, KILL_LEADER, FREEZE_LEADER, PARTITION_LEADER, DELAY_LEADER, PGBOUNCER_PAUSE, PGBOUNCER_KILL, PGBOUNCER_RECONNECT, PGBOUNCER_RESTART, POSTGRES_RESTART, GRACEFUL_HANDOVER`},
 		{"UnknownStrategy", nil, []string{"--strategy", "zookeeper"}, 2,
-			`doublerun chaos: unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, fenced`},
+			`doublerun chaos: unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced`},
 		{"UnknownTopology", nil, []string{"--topology", "mesh"}, 2,
 			`doublerun chaos: unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`},
 		{"UnknownTopologyInEnv", []string{"CHAOS_TOPOLOGIES=direct,mesh"}, nil, 1,
@@ -90,6 +90,8 @@ func TestChaosBadInputGetsOneLine(t *testing.T) {
 			`doublerun chaos: CHAOS_POOL_SIZES: pool size "x": need a whole number from 1 to 16, such as 1,2,4`},
 		{"FaultDoesNotApply", nil, []string{"--fault", "TERMINATE_LEADER_BACKEND", "--strategy", "fenced", "--topology", "transaction"}, 2,
 			"doublerun chaos: fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
+		{"StrategyRefusesTopology", nil, []string{"--strategy", "advisory-wait"}, 2,
+			"doublerun chaos: strategy advisory-wait refuses topology transaction: a waiting follower holds its server connection while it waits, so lease.Advisory with Wait refuses a transaction-pooled endpoint; use direct, session or pinned"},
 		{"UnexpectedArgument", nil, []string{"all"}, 2, `doublerun chaos: unexpected argument "all"; this command takes only the flags listed below`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,7 +114,7 @@ func TestChaosCellsSelection(t *testing.T) {
 	}
 	cells, err = chaosCells("", "", "", "direct, pinned")
 	require.NoError(t, err)
-	require.Len(t, cells, 23+35)
+	require.Len(t, cells, 31+47, "advisory-wait has 8 cells on direct and 12 on pinned")
 	cells, err = chaosCells("", "fenced", "session", "direct")
 	require.NoError(t, err, "--topology overrides CHAOS_TOPOLOGIES")
 	require.Len(t, cells, 11)

@@ -48,6 +48,8 @@ func TestHelpGoesToStdout(t *testing.T) {
 		{"HelpRepro", []string{"help", "repro"}, "Usage: doublerun repro 556"},
 		{"ReproDashHelp", []string{"repro", "--help"}, "Usage: doublerun repro 556"},
 		{"Repro556DashHelp", []string{"repro", "556", "--help"}, "Usage: doublerun repro 556"},
+		{"HelpFailover", []string{"help", "failover"}, "Usage: doublerun failover [--trials N]"},
+		{"FailoverDashHelp", []string{"failover", "--help"}, "Usage: doublerun failover [--trials N]"},
 		{"HelpList", []string{"help", "list"}, "Usage: doublerun list"},
 		{"HelpVersion", []string{"help", "version"}, "Usage: doublerun version"},
 	} {
@@ -128,7 +130,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"MinEfficacyAbove100", []string{"mutation", "gate", "--report", "x.json", "--min-efficacy", "150"},
 			"doublerun mutation: --min-efficacy must be a percentage from 0 to 100, not 150"},
 		{"HelpUnknownCommand", []string{"help", "nope"},
-			`doublerun help: unknown command "nope"; valid commands: chaos, list, mutation, repro, run, stack, version`},
+			`doublerun help: unknown command "nope"; valid commands: chaos, failover, list, mutation, repro, run, stack, version`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

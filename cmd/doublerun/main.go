@@ -19,6 +19,7 @@ import (
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
+	"github.com/doublerun/doublerun/chaos/failover"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/report"
 )
@@ -61,6 +62,7 @@ func commands() []command {
 		runCommand(),
 		reproCommand(),
 		chaosCommand(),
+		failoverCommand(),
 		stackCommand(),
 		mutationCommand(),
 		versionCommand(),
@@ -68,8 +70,10 @@ func commands() []command {
 }
 
 func main() {
-	// A scenario replica is this binary started again; it never returns.
+	// A scenario replica, and a failover trial's leader, is this binary
+	// started again; neither returns.
 	scenarios.MaybeRunReplica()
+	failover.MaybeRunChild()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -31,10 +31,15 @@
 // its next poll, so this is the moment a fault can do the most harm, and
 // the moment at which a cell's answer repeats: struck at a random moment,
 // the same cell showed a double-run in some runs and none in others. The
-// runner logs its fault event before Inject, so the failover latency in a
-// report includes this wait (at most one cycle, about 300ms); the chaos
-// events, kind oracle.EventChaos, mark the moment each step really took
-// hold.
+// runner logs its fault event before Inject, so that event comes before
+// this wait (at most one cycle, about 300ms). KILL_LEADER,
+// TERMINATE_LEADER_BACKEND and GRACEFUL_HANDOVER therefore mark the
+// instant they act (the replica-killed event before the SIGKILL, an event
+// of kind oracle.EventInjected before pg_terminate_backend and before the
+// SIGTERM), and a report's failover latency is measured from that mark
+// (failover_from "injection"); for the other faults it is measured from
+// the fault event (failover_from "fault"). The chaos events, kind
+// oracle.EventChaos, mark the moment each step really took hold.
 //
 // [Hold] is the TTL plus half of it (3s for the default TTL of 2s): long
 // enough that a lease with a TTL has certainly expired, short enough that

@@ -67,6 +67,8 @@ func (terminateLeaderBackend) Inject(ctx context.Context, t Target) error {
 	// Only a backend of the run's own database: a PID the leader reported
 	// may have ended and been reused since.
 	var done bool
+	// Caught by TestTerminateLeaderBackend/EndsTheBackendThatHoldsTheLock.
+	injected(ctx, t, l.ID, "pg_terminate_backend(%d) (%s)", pid, how)
 	err = conn.QueryRow(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND datname = $2`,
 		pid, db).Scan(&done)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -2,6 +2,7 @@ package fault_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -34,6 +35,8 @@ func TestTerminateLeaderBackend(t *testing.T) {
 		other := mustConnect(t, db.Postgres.DSN)
 		require.True(t, tryLock(t, other), "the lock died with its backend")
 		require.Contains(t, fmtEvents(tg.Events()), "terminated")
+		require.Equal(t, fmt.Sprintf("injected r1 pg_terminate_backend(%d) (reported by the leader)", pid), tg.Events()[0],
+			"the act is marked first, so the failover is measured from it")
 	})
 	t.Run("FindsTheLockHolderWhenNoPIDIsReported", func(t *testing.T) {
 		t.Parallel()

@@ -37,7 +37,9 @@ func (killLeader) Inject(ctx context.Context, t Target) error {
 	}
 	// Stop it first, so it cannot begin a piece of work after the killed
 	// event, which would then count as running until the end of the run;
-	// log the event; then kill. Its open work ends at the event.
+	// log the event; then kill. Its open work ends at the event, and the
+	// failover is measured from it (oracle.FailoverFromInjection): the
+	// stopped leader still holds its lease until the kill.
 	if err := syscall.Kill(l.PID, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("SIGSTOP %s (pid %d): %w", l.ID, l.PID, err)
 	}
@@ -159,10 +161,11 @@ func (gracefulHandover) Inject(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
+	// Caught by TestGracefulHandover.
+	injected(ctx, t, l.ID, "SIGTERM pid %d", l.PID)
 	if err := syscall.Kill(l.PID, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("SIGTERM %s (pid %d): %w", l.ID, l.PID, err)
 	}
-	event(ctx, t, l.ID, "SIGTERM pid %d", l.PID)
 	// The replica finishes its piece of work, closes its lease and exits.
 	if err := waitGone(ctx, l.PID); err != nil {
 		return fmt.Errorf("%s did not stop after SIGTERM: %w", l.ID, err)

@@ -2,6 +2,7 @@ package fault_test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -90,4 +91,6 @@ func TestGracefulHandover(t *testing.T) {
 
 	require.NoError(t, fault.GracefulHandover.Inject(context.Background(), tg))
 	requireSignalled(t, exited, syscall.SIGTERM, "asked to stop with SIGTERM", "Inject returned before the leader exited")
+	require.Equal(t, []string{fmt.Sprintf("injected r1 SIGTERM pid %d", cmd.Process.Pid)}, tg.Events(),
+		"the SIGTERM is marked, so the failover is measured from it")
 }

@@ -47,6 +47,16 @@ func event(ctx context.Context, t Target, replica, format string, args ...any) {
 	_ = t.Event(ctx, oracle.EventChaos, replica, fmt.Sprintf(format, args...))
 }
 
+// injected marks the instant a fault acts on the leader (kind
+// oracle.EventInjected), just before it acts, so the failover latency is
+// measured from there rather than from the runner's fault event, which
+// came before the strike wait. It is logged before the act, never after:
+// the figure may include one round trip to the oracle, but a new leader
+// can never seem to come before the fault.
+func injected(ctx context.Context, t Target, replica, format string, args ...any) {
+	_ = t.Event(ctx, oracle.EventInjected, replica, fmt.Sprintf(format, args...))
+}
+
 func leader(ctx context.Context, t Target) (Replica, error) {
 	l, err := t.Leader(ctx)
 	if err != nil {

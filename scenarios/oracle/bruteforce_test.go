@@ -76,3 +76,80 @@ func slotRuns(slots []int, first, longerThan int, cond func(int) bool) Window {
 	}
 	return w
 }
+
+// The failover latency agrees with brute force for random histories: scan
+// the events in their given order for the fault, the heal and the
+// injection, then walk the ms grid from there to the first slot in which
+// a replica works under a term newer than every term granted by then, in
+// a piece it began after it. Every other history lies on a 10 ms grid, so grants, events
+// and work often fall on one instant.
+func TestFailoverMatchesBruteForce(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	kinds := []string{EventFault, EventHealed, EventInjected, EventReplicaKilled, EventChaos, EventReplicaStarted}
+	for trial := range 400 {
+		grain := 1 + 9*(trial%2)
+		n := func(below int) int { return grain * rng.IntN(below/grain) }
+		var ivs []Interval
+		var grants []Grant
+		for k := range 1 + rng.IntN(6) {
+			replica := string(rune('a' + rng.IntN(3)))
+			token := int64(1 + k)
+			granted := n(1000)
+			grants = append(grants, Grant{Replica: replica, Token: token, At: at(granted)})
+			for range rng.IntN(3) {
+				from := granted + n(200)
+				ivs = append(ivs, iv(replica, token, from, from+grain+n(200)))
+			}
+		}
+		var events []Event
+		for range rng.IntN(6) {
+			events = append(events, Event{Kind: kinds[rng.IntN(len(kinds))], At: at(n(1200))})
+		}
+		m := Analyze(History{Intervals: ivs, Grants: grants, Events: events}, Options{})
+
+		// Brute force.
+		fault, healed, injected := -1, -1, -1
+		for _, e := range events {
+			if ms := int(e.At.Sub(t0) / time.Millisecond); e.Kind == EventFault && (fault < 0 || ms < fault) {
+				fault = ms
+			}
+		}
+		for _, e := range events {
+			if ms := int(e.At.Sub(t0) / time.Millisecond); e.Kind == EventHealed && fault >= 0 && ms >= fault && (healed < 0 || ms < healed) {
+				healed = ms
+			}
+		}
+		for _, e := range events {
+			ms := int(e.At.Sub(t0) / time.Millisecond)
+			mark := e.Kind == EventInjected || e.Kind == EventReplicaKilled
+			if mark && fault >= 0 && ms >= fault && (healed < 0 || ms <= healed) && (injected < 0 || ms < injected) {
+				injected = ms
+			}
+		}
+		from, kind := injected, FailoverFromInjection
+		if injected < 0 {
+			from, kind = fault, FailoverFromFault
+		}
+		var want *Duration
+		wantKind := ""
+		if from >= 0 {
+			for slot := from; slot < 2000 && want == nil; slot++ {
+				for _, v := range ivs {
+					// A term is new when its token is above every token
+					// granted by then: a grant logged late does not make
+					// an old term new.
+					old := slices.ContainsFunc(grants, func(g Grant) bool { return g.Token >= v.Token && !g.At.After(at(from)) })
+					began := !v.Start.Before(at(from))
+					if !old && began && !at(slot).Before(v.Start) && at(slot).Before(v.End) {
+						d := ms(slot - from)
+						want, wantKind = &d, kind
+						break
+					}
+				}
+			}
+		}
+		require.Equal(t, want, m.FailoverLatency, "trial %d: events %+v grants %+v work %+v", trial, events, grants, ivs)
+		require.Equal(t, wantKind, m.FailoverFrom, "trial %d", trial)
+	}
+}

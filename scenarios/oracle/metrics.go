@@ -56,6 +56,7 @@ const (
 	EventReplicaStopped = "replica-stopped"
 	EventReplicaKilled  = "replica-killed"
 	EventFault          = "fault"
+	EventInjected       = "injected"
 	EventHealed         = "healed"
 	EventMeasureStart   = "measure-start"
 	EventMeasureEnd     = "measure-end"
@@ -96,10 +97,12 @@ type Metrics struct {
 	// Leaderless is time inside the measured span during which no replica
 	// did leader work, counting only gaps longer than GapTolerance.
 	Leaderless Window `json:"leaderless"`
-	// FailoverLatency is the time from the first fault until leader work
-	// resumed under a term granted after it; nil when there was no fault
-	// or no new term.
+	// FailoverLatency is the time from the first fault's injection until
+	// leader work resumed under a term granted after it; nil when there
+	// was no fault or no new term. FailoverFrom says which instant it is
+	// measured from (see failover.go).
 	FailoverLatency *Duration `json:"failover_latency,omitempty"`
+	FailoverFrom    string    `json:"failover_from,omitempty"`
 	// MaxConcurrentLeaders is the most replicas working at one instant.
 	MaxConcurrentLeaders int `json:"max_concurrent_leaders"`
 	// LeadershipChanges counts grants whose holder differs from the
@@ -170,7 +173,7 @@ func Analyze(h History, opts Options) Metrics {
 	m.Leaderless = gaps(ivs, h.Start, h.End, opts.GapTolerance)
 	m.Terms, m.LeadershipChanges = terms(h.Grants)
 	m.StaleWrites, m.Writes = staleWrites(h.Writes, h.Grants)
-	m.FailoverLatency = failover(h, ivs)
+	m.FailoverLatency, m.FailoverFrom = failover(h, ivs)
 	m.Orphaned = orphaned(h, opts.OrphanTolerance)
 	return m
 }
@@ -358,33 +361,4 @@ func staleWrites(writes []Write, grants []Grant) (StaleWrites, int) {
 		}
 	}
 	return s, accepted
-}
-
-func failover(h History, ivs []Interval) *Duration {
-	var fault time.Time
-	for _, e := range h.Events {
-		if e.Kind == EventFault && (fault.IsZero() || e.At.Before(fault)) {
-			fault = e.At
-		}
-	}
-	if fault.IsZero() {
-		return nil
-	}
-	var newest int64
-	for _, g := range h.Grants {
-		if !g.At.After(fault) {
-			newest = max(newest, g.Token)
-		}
-	}
-	var first time.Time
-	for _, iv := range ivs {
-		if iv.Token > newest && !iv.Start.Before(fault) && (first.IsZero() || iv.Start.Before(first)) {
-			first = iv.Start
-		}
-	}
-	if first.IsZero() {
-		return nil
-	}
-	d := Duration(first.Sub(fault))
-	return &d
 }

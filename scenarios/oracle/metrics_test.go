@@ -143,33 +143,61 @@ func TestAnalyzeTerms(t *testing.T) {
 func TestAnalyzeFailoverLatency(t *testing.T) {
 	t.Parallel()
 	fault := func(ms int) Event { return Event{Kind: EventFault, Replica: "a", At: at(ms)} }
+	injected := func(ms int) Event { return Event{Kind: EventInjected, Replica: "a", At: at(ms)} }
+	killed := func(replica string, ms int) Event {
+		return Event{Kind: EventReplicaKilled, Replica: replica, At: at(ms)}
+	}
+	healed := func(ms int) Event { return Event{Kind: EventHealed, At: at(ms)} }
 	grants := []Grant{{"a", 1, at(0)}, {"b", 2, at(1200)}}
+	const inj, flt = FailoverFromInjection, FailoverFromFault
 	for _, tc := range []struct {
 		name      string
 		intervals []Interval
 		events    []Event
 		want      *Duration // nil: no failover
+		from      string
 	}{
 		{"FromTheFaultToTheNewTermsWork",
-			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1000)}, new(ms(250))},
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1000)}, new(ms(250)), flt},
 		{"NoFaultNoFailover",
-			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, nil, nil},
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, nil, nil, ""},
 		{"NoTermGrantedAfterTheFaultNoFailover",
-			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1500)}, nil},
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1500)}, nil, ""},
 		// The old leader working on under its token is not the service
 		// coming back.
 		{"WorkUnderTheOldTermIsNoFailover",
-			[]Interval{iv("a", 1, 0, 1000), iv("a", 1, 1100, 1150), iv("b", 2, 1250, 2000)}, []Event{fault(1000)}, new(ms(250))},
+			[]Interval{iv("a", 1, 0, 1000), iv("a", 1, 1100, 1150), iv("b", 2, 1250, 2000)}, []Event{fault(1000)}, new(ms(250)), flt},
 		{"TheFirstFaultCounts",
 			[]Interval{iv("a", 1, 0, 900), iv("b", 2, 1250, 2000)},
-			[]Event{{Kind: EventHealed, At: at(500)}, fault(1100), fault(1000)}, new(ms(250))},
+			[]Event{healed(500), fault(1100), fault(1000)}, new(ms(250)), flt},
 		{"TheEarliestNewWorkCounts",
-			[]Interval{iv("a", 1, 0, 1000), iv("c", 3, 1400, 2000), iv("b", 2, 1250, 1300)}, []Event{fault(1000)}, new(ms(250))},
+			[]Interval{iv("a", 1, 0, 1000), iv("c", 3, 1400, 2000), iv("b", 2, 1250, 1300)}, []Event{fault(1000)}, new(ms(250)), flt},
+		// The fault waits for its moment before it acts; that wait is not
+		// failover.
+		{"FromTheInjectionNotTheStrikeWait",
+			[]Interval{iv("a", 1, 0, 1100), iv("b", 2, 1250, 2000)}, []Event{fault(900), injected(1100)}, new(ms(150)), inj},
+		{"AKillIsAnInjection",
+			[]Interval{iv("a", 1, 0, 1100), iv("b", 2, 1250, 2000)}, []Event{fault(900), killed("a", 1150)}, new(ms(100)), inj},
+		{"TheFirstInjectionCounts",
+			[]Interval{iv("a", 1, 0, 1100), iv("b", 2, 1250, 2000)}, []Event{fault(900), injected(1150), injected(1100)}, new(ms(150)), inj},
+		// A replica killed at the end of the run, after the fault healed,
+		// is no injection; neither is an event before the fault.
+		{"AKillAfterTheHealIsNoInjection",
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1000), healed(1100), killed("b", 1200)}, new(ms(250)), flt},
+		{"AnInjectionAtTheHealCounts",
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1000), healed(1100), injected(1100)}, new(ms(150)), inj},
+		{"AnInjectionBeforeTheFaultIsNone",
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{injected(800), fault(1000)}, new(ms(250)), flt},
+		// A term granted between the fault event and the injection is not
+		// a failover from the injection.
+		{"ATermGrantedBeforeTheInjectionIsNoFailover",
+			[]Interval{iv("a", 1, 0, 1000), iv("b", 2, 1250, 2000)}, []Event{fault(1000), injected(1200)}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			m := Analyze(History{Grants: grants, Intervals: tc.intervals, Events: tc.events}, Options{})
 			require.Equal(t, tc.want, m.FailoverLatency)
+			require.Equal(t, tc.from, m.FailoverFrom)
 		})
 	}
 }

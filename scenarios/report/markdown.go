@@ -35,7 +35,7 @@ func Markdown(r *scenarios.Report) string {
 	row("**orphaned-lock window**", orphanedText(m.Orphaned)+fmt.Sprintf(" (stretches ≤ %s ignored)", r.OrphanTolerance))
 	fo := "-"
 	if m.FailoverLatency != nil {
-		fo = m.FailoverLatency.String()
+		fo = failoverText(*m.FailoverLatency, m.FailoverFrom)
 	}
 	row("failover latency", fo)
 	row("most leaders at once", fmt.Sprint(m.MaxConcurrentLeaders))
@@ -61,6 +61,19 @@ func Markdown(r *scenarios.Report) string {
 	}
 	row("**verdict**", fmt.Sprintf("%s (expected %s): %s", verdict, r.Verdict.Expect, r.Verdict.Reason))
 	return b.String()
+}
+
+// failoverText is a failover latency with where it is measured from, to
+// a tenth of a millisecond: a waiting lease fails over in a few.
+func failoverText(d oracle.Duration, from string) string {
+	v := time.Duration(d).Round(100 * time.Microsecond).String()
+	switch from {
+	case oracle.FailoverFromInjection:
+		return v + " from the fault's injection"
+	case oracle.FailoverFromFault:
+		return v + " from the fault event (before the fault waited for its moment)"
+	}
+	return v
 }
 
 // orphanedText is the orphaned-lock window in one phrase.

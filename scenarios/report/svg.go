@@ -52,8 +52,8 @@ func SVG(r *scenarios.Report) string {
 	b.WriteString(`<defs><pattern id="open" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#4a7bd0"/></pattern></defs>` + "\n")
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	m := r.Metrics
-	title := fmt.Sprintf("%s — double-run %s (%d episodes), leaderless %s, orphaned lock %s (%d), stale writes accepted %d / rejected %d",
-		r.Scenario.Name, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total, m.Orphaned.Total, m.Orphaned.Episodes, m.StaleWrites.Accepted, m.StaleWrites.Rejected)
+	title := fmt.Sprintf("%s — double-run %s (%d episodes), leaderless %s, orphaned lock %s (%d, longest %s), stale writes accepted %d / rejected %d",
+		r.Scenario.Name, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total, m.Orphaned.Total, m.Orphaned.Episodes, m.Orphaned.Longest, m.StaleWrites.Accepted, m.StaleWrites.Rejected)
 	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">%s</text>`+"\n", left, html.EscapeString(title))
 	laneBottom := top + lane*float64(len(replicas)+len(orphans))
 	band := func(spans []oracle.Span, fill, label string) {

@@ -365,3 +365,13 @@ func TestNativeSweepsDirsOfDeadOwners(t *testing.T) {
 		require.NoError(t, err, "%s kept", dir)
 	}
 }
+
+// A native stack lives where DOUBLERUN_STACK_DIR says, and without it on
+// /dev/shm or in the system's temp dir.
+func TestNativeRoot(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvStackDir, dir)
+	require.Equal(t, dir, nativeRoot())
+	t.Setenv(EnvStackDir, "")
+	require.Contains(t, []string{shmDir, os.TempDir()}, nativeRoot())
+}

@@ -86,8 +86,10 @@ func TestOwnerRecordsRoundTrip(t *testing.T) {
 // A doublerun process that is SIGKILLed never reaches Close. Its servers
 // are left behind (docker: 3 containers and a network; native: a temp dir,
 // the servers themselves die with it), and the next stack removes them.
+//
+// Not parallel: any stack another test starts meanwhile would sweep the
+// dead owner's leftovers before this test looks at them.
 func TestKilledOwnersStackIsRemovedByTheNextStart(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	child := exec.Command(os.Args[0], "-test.run=^$")
 	// Ryuk would remove the containers on its own; this test is about the

@@ -1,0 +1,15 @@
+package failover_test
+
+import (
+	"testing"
+
+	"github.com/doublerun/doublerun/chaos/failover"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+// A process started as a KILL_LEADER trial's leader runs the lease, not
+// the tests.
+func TestMain(m *testing.M) {
+	failover.MaybeRunChild()
+	stacktest.Main(m)
+}

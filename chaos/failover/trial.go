@@ -1,0 +1,205 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/doublerun/doublerun/lease"
+)
+
+// The faults a trial injects into the leader, named as in the chaos
+// catalog (package scenarios/fault).
+const (
+	// KillLeader: the leader is a child process (this binary, started
+	// again), killed with SIGKILL; the kernel closes its sockets.
+	KillLeader = "KILL_LEADER"
+	// TerminateLeaderBackend: pg_terminate_backend of the leader's lease
+	// backend; the leader lives on and keeps calling, so the first Leader
+	// may be its own.
+	TerminateLeaderBackend = "TERMINATE_LEADER_BACKEND"
+	// GracefulHandover: the leader stops calling and closes its lease,
+	// which releases it; measured from the start of Close.
+	GracefulHandover = "GRACEFUL_HANDOVER"
+)
+
+// Faults lists them, in table order.
+var Faults = []string{KillLeader, TerminateLeaderBackend, GracefulHandover}
+
+// CheckFault returns nil for a fault of Faults, else an error that lists
+// them.
+func CheckFault(name string) error {
+	if slices.Contains(Faults, name) {
+		return nil
+	}
+	return fmt.Errorf("unknown fault %q; valid: %s", name, strings.Join(Faults, ", "))
+}
+
+// giveUp bounds how long a trial waits for a new leader after the fault.
+const giveUp = time.Minute
+
+// observation is one call of a replica.
+type observation struct {
+	replica string
+	ended   time.Time
+	res     lease.Result
+}
+
+// Trial measures one failover: from the instant fault is injected into
+// the leader until a replica's call returns Leader, on this process's
+// monotonic clock. Two replicas run, the leader ("a") and a survivor
+// ("b"), each calling its lease at the pace of spec.Poll; the fault lands
+// at a random phase of the poll, after the survivor has had a poll's time
+// to start waiting. admin is a direct connection to spec's database, from
+// which the leader's backend is found and terminated. Every lease the
+// trial opens is closed, and its child process killed, before it returns.
+func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (time.Duration, error) {
+	if err := CheckFault(fault); err != nil {
+		return 0, err
+	}
+	trialCtx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	obs := make(chan observation, 1024)
+	closeCtx := context.WithoutCancel(ctx)
+
+	// The leader: a child process for a kill, a lease in this process else.
+	var (
+		leader     lease.Lease
+		term       lease.Term // the leader's before the fault
+		kid        *child
+		stopLeader = func() {}
+		leaderDone = make(chan struct{})
+	)
+	if fault == KillLeader {
+		var err error
+		if kid, err = startChild(trialCtx, spec.As("a")); err != nil {
+			return 0, err
+		}
+		defer kid.stop()
+		close(leaderDone)
+	} else {
+		var err error
+		if leader, err = NewLease(ctx, spec.As("a"), nil); err != nil {
+			return 0, fmt.Errorf("leader's lease: %w", err)
+		}
+		// Deferred first, it runs last: after the loops have stopped.
+		defer leader.Close(closeCtx)
+		first, err := leader.TryAcquire(ctx)
+		if err != nil || first.Status != lease.Leader {
+			return 0, fmt.Errorf("the first lease did not lead: %s %v %v", first.Status, first.Err, err)
+		}
+		term = first.Term
+		var leaderCtx context.Context
+		leaderCtx, stopLeader = context.WithCancel(trialCtx)
+		go func() { defer close(leaderDone); replicaLoop(leaderCtx, spec, leader, "a", obs) }()
+	}
+	defer func() { stopLeader(); <-leaderDone }()
+	survivor, err := NewLease(ctx, spec.As("b"), nil)
+	if err != nil {
+		return 0, fmt.Errorf("survivor's lease: %w", err)
+	}
+	defer survivor.Close(closeCtx)
+	if res, err := survivor.TryAcquire(ctx); err != nil || res.Status != lease.Follower {
+		return 0, fmt.Errorf("the second lease was not a follower: %s %v %v", res.Status, res.Err, err)
+	}
+	survivorDone := make(chan struct{})
+	go func() { defer close(survivorDone); replicaLoop(trialCtx, spec, survivor, "b", obs) }()
+	defer func() { stopAll(); <-survivorDone }()
+
+	// Land the fault at a random phase of the poll, and let a waiting
+	// survivor be in its wait.
+	if err := sleep(ctx, spec.Poll+rand.N(spec.Poll)); err != nil {
+		return 0, err
+	}
+	var start time.Time
+	switch fault {
+	case GracefulHandover:
+		stopLeader()
+		<-leaderDone
+		start = time.Now()
+		if err := leader.Close(ctx); err != nil {
+			return 0, fmt.Errorf("release: %w", err)
+		}
+	case KillLeader:
+		start = time.Now()
+		if err := kid.kill(); err != nil {
+			return 0, fmt.Errorf("kill the leader: %w", err)
+		}
+	case TerminateLeaderBackend:
+		var pid int32
+		if err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
+			spec.As("a").AppName()).Scan(&pid); err != nil {
+			return 0, fmt.Errorf("find the leader's backend: %w", err)
+		}
+		start = time.Now()
+		var ok bool
+		if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+			return 0, fmt.Errorf("pg_terminate_backend(%d): %v %v", pid, ok, err)
+		}
+	}
+	deadline := time.NewTimer(giveUp)
+	defer deadline.Stop()
+	oldLeaderNoticed := false
+	for {
+		select {
+		case o := <-obs:
+			if !o.ended.After(start) {
+				continue
+			}
+			if o.replica == "a" && o.res.Status != lease.Leader {
+				oldLeaderNoticed = true
+			}
+			// The survivor cannot be granted the lease before the fault
+			// frees it. The old leader (terminate only) has led again
+			// once it noticed the fault or holds a new term; a Leader it
+			// reports with its old term and no fault seen came from a
+			// backend that had not died yet.
+			if o.res.Status == lease.Leader && (o.replica == "b" || oldLeaderNoticed || o.res.Term != term) {
+				return o.ended.Sub(start), nil
+			}
+		case <-deadline.C:
+			return 0, fmt.Errorf("%s/%s: no leader %s after the fault", spec.Strategy, fault, giveUp)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// replicaLoop is one replica: it calls its lease (see Spec.Call) and
+// starts the next call spec.Poll after the last one started, or at once
+// when the call took longer, as a waiting follower's does. It stops when
+// ctx ends.
+func replicaLoop(ctx context.Context, spec Spec, l lease.Lease, replica string, out chan<- observation) {
+	for {
+		started := time.Now()
+		res, err := spec.Call(ctx, l)
+		if err != nil {
+			return
+		}
+		select {
+		case out <- observation{replica: replica, ended: time.Now(), res: res}:
+		case <-ctx.Done():
+			return
+		}
+		if sleep(ctx, spec.Poll-time.Since(started)) != nil {
+			return
+		}
+	}
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
