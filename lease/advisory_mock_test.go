@@ -19,7 +19,7 @@ import (
 )
 
 // scriptedConn is a conn that plays a script of statements. It stands in
-// for pgxmock, which the brief asked for: pgxmock v4.9.0, the newest
+// for pgxmock (see README, Dependencies): pgxmock v4.9.0, the newest
 // release, does not compile against pgx v5.12 (pgx.Rows gained TypeMap and
 // pgx.BatchResults gained Tx), so this small fake of the unexported conn
 // interface plays its part. Like pgxmock it matches each statement's SQL

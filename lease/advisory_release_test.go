@@ -29,7 +29,7 @@ func loggedLike(m *messages, prefix string) bool {
 	return slices.ContainsFunc(m.list(), func(line string) bool { return strings.HasPrefix(line, prefix) })
 }
 
-// TestAdvisoryRelease checks that a release tells the truth (issue 14): a
+// TestAdvisoryRelease checks that a release tells the truth: a
 // clean hand-over only when pg_advisory_unlock returned true on the
 // backend that took the lock.
 func TestAdvisoryRelease(t *testing.T) {

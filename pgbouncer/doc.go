@@ -93,7 +93,7 @@
 //     work client's next query ran on a new backend 8.1 ms later [13.0 ms].
 //   - For contrast, a lock taken through the work name outlives its client:
 //     200 ms after the Close, pg_locks still showed it on a backend that SHOW
-//     SERVERS listed as idle with no client, the orphaned lock of issue 14.
+//     SERVERS listed as idle with no client, an orphaned lock.
 //     RECONNECT <work name> closed that backend and the lock was gone 40.5 ms
 //     later [32.4 ms].
 //

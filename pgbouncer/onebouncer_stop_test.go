@@ -104,7 +104,7 @@ func TestOneBouncerLockAtStopAndReconnect(t *testing.T) {
 	})
 
 	// For contrast: a lock taken through the work name outlives its client
-	// on the pooled backend (the orphaned lock of issue 14), and RECONNECT
+	// on the pooled backend (an orphaned lock), and RECONNECT
 	// of the work name is what ends it, since that backend is idle.
 	t.Run("OrphanedLockOnTheWorkNameEndsAtReconnect", func(t *testing.T) {
 		t.Parallel()
