@@ -86,9 +86,9 @@ repro-556:
 mutation-guards:
 	$(GO) run ./cmd/doublerun mutation guards
 
-## mutation: gremlins on lease and worker, gated per package against
-## testdata/mutation/baseline.json, on one shared stack (mutation/run.sh;
-## about 42 min here).
+## mutation: gremlins on lease, worker and scenarios/oracle, gated per
+## package against testdata/mutation/baseline.json, on one shared stack
+## (mutation/run.sh; lease alone took 21 min here, see README).
 mutation:
 	bash mutation/run.sh
 
