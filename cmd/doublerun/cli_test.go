@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/mutation"
 	"github.com/doublerun/doublerun/scenarios"
 )
 
@@ -161,6 +163,8 @@ func TestMutationFindsTheRepositoryRoot(t *testing.T) {
 	require.NoError(t, err)
 	require.FileExists(t, filepath.Join(fixture, "go.mod"), "the fixture is a module of its own")
 
+	baseline, err := mutation.ReadBaseline(filepath.Join("..", "..", "testdata", "mutation", "baseline.json"))
+	require.NoError(t, err)
 	for _, dir := range []string{".", fixture} {
 		cmd := cliCommand(t, nil, "mutation", "gate", "--report", "lease="+clamp)
 		cmd.Dir = dir
@@ -168,7 +172,7 @@ func TestMutationFindsTheRepositoryRoot(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		require.Error(t, cmd.Run())
 		require.Equal(t, 1, cmd.ProcessState.ExitCode())
-		require.Equal(t, "doublerun mutation: gate failed: lease: efficacy 50.00% is below the baseline 94.23% (and 3 more above)\n", stderr.String(),
+		require.Equal(t, fmt.Sprintf("doublerun mutation: gate failed: lease: efficacy 50.00%% is below the baseline %.2f%% (and 3 more above)\n", baseline["lease"].Efficacy), stderr.String(),
 			"the committed baseline was read from %s", dir)
 	}
 

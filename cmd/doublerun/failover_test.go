@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,7 +72,7 @@ func TestFailoverInterruptedCleansUp(t *testing.T) {
 	cmd := cliCommand(t, nil, "failover", "--trials", "20", "--strategy", "fenced", "--fault", "KILL_LEADER", "--topology", "direct", "--out", "")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr bytes.Buffer
+	var stderr syncBuffer // written by the child while the test reads it
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
