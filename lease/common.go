@@ -28,7 +28,7 @@ type Execer interface {
 // real server cannot force (a probe that times out, odd errors,
 // cancellation in mid-statement). It is small enough for pgxmock's
 // PgxConnIface to satisfy, but pgxmock v4.9.0 does not build against pgx
-// v5.12, so the tests use a scripted fake (advisory_mock_test.go).
+// v5.12, so the tests use a scripted fake (scripted_conn_test.go).
 type conn interface {
 	Execer
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
