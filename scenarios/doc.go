@@ -107,8 +107,9 @@
 // PgBouncer, SHOW SERVERS, for whether a client is linked to the holding
 // backend; lockwatch.go), and each replica logs the backend its lease
 // says holds the lock whenever that changes (a lock-claim event). The
-// oracle turns the two into the orphaned-lock window: every stretch where
-// a backend held the lock after its holder let go or died, with the
+// oracle turns the two into the orphaned-lock window: every stretch longer
+// than orphanTolerance (100 ms) where a backend held the lock after its
+// holder let go or died, with the
 // backend PID, who let go and how, how long a client was linked, and the
 // replica that ended it by re-entering the lock (re-entrant). Locks still
 // held once every replica stopped are listed as left held.

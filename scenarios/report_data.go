@@ -94,7 +94,7 @@ func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
 		Began:           r.began,
 		Wall:            oracle.Duration(time.Since(r.began)),
 		GapTolerance:    oracle.Duration(r.gapTolerance()),
-		OrphanTolerance: oracle.Duration(lockWatchInterval),
+		OrphanTolerance: oracle.Duration(orphanTolerance),
 		Metrics:         m,
 		Verdict:         Judge(r.sc.Expect, m, len(h.Intervals)),
 		History:         h,

@@ -140,7 +140,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	h.Locks = locks
-	return r.report(h, oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: lockWatchInterval})), nil
+	return r.report(h, oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: orphanTolerance})), nil
 }
 
 // inject runs f, logging on the oracle's clock when it began and when it
