@@ -36,16 +36,20 @@ func (terminateLeaderBackend) Available(s Setting) bool {
 }
 
 func (terminateLeaderBackend) Inject(ctx context.Context, t Target) error {
-	l, err := strike(ctx, t)
-	if err != nil {
-		return err
-	}
+	// Connect before the strike: a new backend takes tens of milliseconds
+	// to start (90 ms was seen on the docker provider), which after the
+	// strike left the leader's piece nearly over when the fault landed, so
+	// that a follower polling after it ended saw no overlap.
 	db := t.Database()
 	conn, err := pgx.Connect(ctx, t.Stack().Postgres().DSN)
 	if err != nil {
 		return fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	l, err := strike(ctx, t)
+	if err != nil {
+		return err
+	}
 	pid, how := l.LeaseBackendPID, "reported by the leader"
 	if lock := t.Setting().AdvisoryLock; pid == 0 && lock != nil {
 		// A lease that does not report its backend: the backend that holds
