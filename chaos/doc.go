@@ -17,8 +17,11 @@
 // [RunMatrix] runs cells one at a time (a Postgres restart touches every
 // run on the stack), checks after each that every server still answers
 // and starts again any that does not (stack.Repair), and runs a cell again
-// once when it could not run or a replica failed on its own; its Notes say
-// so.
+// once when it could not run or a replica failed on its own, or when a
+// limitation it must reproduce did not show (a double-run needs the
+// follower to take over before the old leader's 200ms piece ends, which a
+// loaded machine can miss); its Notes say so. A cell expected to be safe
+// is never run again: a double-run there is a finding.
 //
 //	safe        no double-run and no accepted stale write
 //	reproduces  a double-run must appear (a known limitation)

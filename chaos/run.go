@@ -26,6 +26,14 @@ func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.R
 			break
 		}
 		c := runCell(ctx, sc, opts)
+		if why := missed(c); why != "" && ctx.Err() == nil {
+			// A limitation that shows only when the fault lands in time
+			// may miss its moment on a loaded machine; it must show in one
+			// of two runs, and the cell's notes say it took two.
+			notes := append([]string{"ran again after: " + why}, c.Notes...)
+			c = runCell(ctx, sc, opts)
+			c.Notes = append(notes, c.Notes...)
+		}
 		if why := flaked(c); why != "" && ctx.Err() == nil {
 			// A cell that could not run, or ran with a replica fewer
 			// because one failed on its own, measured nothing it was meant
@@ -78,3 +86,24 @@ func flaked(c report.Cell) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// missed says why c, a cell expected to reproduce a limitation, showed
+// none: a double-run needs the follower to take over before the old
+// leader's piece of work ends (Work, 200ms), and under load the fault's
+// round trips and the follower's grant can take longer than that (seen
+// on the docker provider with two matrices at once:
+// TERMINATE_LEADER_BACKEND ended the backend 190ms after the piece began).
+// Only a failed verdict of a reproduction is run again; a cell expected
+// to be safe that shows a double-run is a finding, never retried.
+// Caught by TestMissed.
+func missed(c report.Cell) string {
+	if c.Err != nil || c.Report == nil || c.Report.Verdict.Pass {
+		return ""
+	}
+	switch c.Report.Verdict.Expect {
+	case scenarios.ExpectReproduces, scenarios.ExpectReproducesOrOrphans:
+		return c.Report.Verdict.Reason
+	}
+	return ""
+}
+

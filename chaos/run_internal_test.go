@@ -21,6 +21,19 @@ func TestFlaked(t *testing.T) {
 	require.Equal(t, "replica r2 failed (exit status 1; log r2.log)", flaked(report.Cell{Report: bad}))
 }
 
+func TestMissed(t *testing.T) {
+	t.Parallel()
+	cell := func(e scenarios.Expectation, pass bool) report.Cell {
+		return report.Cell{Report: &scenarios.Report{Verdict: scenarios.Verdict{Expect: e, Pass: pass, Reason: "why"}}}
+	}
+	require.Equal(t, "why", missed(cell(scenarios.ExpectReproduces, false)), "a reproduction that did not show runs again")
+	require.Equal(t, "why", missed(cell(scenarios.ExpectReproducesOrOrphans, false)))
+	require.Empty(t, missed(cell(scenarios.ExpectReproduces, true)), "a reproduction that showed is done")
+	require.Empty(t, missed(cell(scenarios.ExpectSafe, false)), "a safe cell that failed is a finding, never run again")
+	require.Empty(t, missed(cell(scenarios.ExpectFenced, false)))
+	require.Empty(t, missed(report.Cell{Err: errors.New("boom")}), "a cell that could not run is flaked's")
+}
+
 func TestCellDurationHoldsTheFault(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
