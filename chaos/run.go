@@ -106,4 +106,3 @@ func missed(c report.Cell) string {
 	}
 	return ""
 }
-
