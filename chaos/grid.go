@@ -59,7 +59,7 @@ var grid = map[string]map[string]Row{
 	},
 	fault.PartitionLeader.Name(): {
 		scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, pinned: safe},
-		scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, pinned: safe},
+		scenarios.StrategyAdvisoryUnguarded: {direct: fenc, session: safe, tx: repr, pinned: fenc}, // finding 13
 		scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe},
 		scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc},
 	},
