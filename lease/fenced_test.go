@@ -325,7 +325,7 @@ func TestFenced(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		createWritesTable(t, b.db.Postgres.DSN)
-		old := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(200*time.Millisecond))
+		old := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Second)) // 200ms timed the grant out once under CI load (TTL - Margin bounds it)
 		next := newFencedT(t, b.db, b.db.Postgres, "b")
 		term := mustTry(t, b.ctx, old)
 		require.Equal(t, Leader, term.Status)
@@ -409,7 +409,7 @@ func TestFenced(t *testing.T) {
 	t.Run("OnlyOneOfTwoRacingGrantsWins", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		old := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(200*time.Millisecond))
+		old := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(time.Second)) // 200ms timed the grant out once under CI load (TTL - Margin bounds it)
 		racers := []*Fenced{newFencedT(t, b.db, b.db.Postgres, "b"), newFencedT(t, b.db, b.db.Postgres, "c")}
 		require.Equal(t, Leader, mustTry(t, b.ctx, old).Status)
 		waitFor(t, 10*time.Second, "the old term expires", func() (bool, error) {
