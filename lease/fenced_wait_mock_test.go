@@ -85,9 +85,11 @@ func TestFencedWaitMock(t *testing.T) {
 		l.ExpectQuery(f.grant).WithArgs(name, holder, ms).WillReturnRow(int64(8))
 		// Another lease's release first: it wakes nothing.
 		l.notify("other")
+		// start before the timer, so a goroutine delayed between the two
+		// cannot make the wait look shorter than the 50ms it was.
+		start := time.Now()
 		time.AfterFunc(50*time.Millisecond, func() { l.notify(name) })
 
-		start := time.Now()
 		res := mustAcquire(t, mockCtx(t), f)
 		waited := time.Since(start)
 		require.Equal(t, Leader, res.Status)
