@@ -115,10 +115,7 @@
 //     WaitTimeout + ProbeTimeout: Faulted, and reset. ctx ending: the
 //     error, and reset; closing a connection cancelled in mid-statement
 //     sends the server a cancel request (pgx does), so the backend does
-//     not stay queued for the lock. pgx sends it from a goroutine, so
-//     Close waits (at most a second) until it has gone: a process that
-//     exits right after Close would otherwise cut it short, which can
-//     crash PgBouncer 1.18 in session pooling (pgbouncer/pgbouncer#801).
+//     not stay queued for the lock.
 //   - A waiting follower holds its server connection for as long as it
 //     waits. Through a transaction pool that is a pooled server connection
 //     taken from the work and from the leader's own probe, and a follower
