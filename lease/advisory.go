@@ -150,9 +150,6 @@ type Advisory struct {
 	pid    int32 // backend PID that took the lock, from the acquire statement
 	term   Term
 	closed bool
-	// dropped are the connections reset closed; Close waits for their
-	// cleanup (see cleanups).
-	dropped cleanups
 }
 
 var (
@@ -452,7 +449,6 @@ func (a *Advisory) reset(ctx context.Context) {
 		a.log.InfoContext(ctx, "lease: gave up leadership", "backend_pid", a.pid, "token", a.term.Token)
 	}
 	closeConn(ctx, a.conn)
-	a.dropped.add(a.conn)
 	a.conn, a.held, a.pid, a.term = nil, false, 0, Term{}
 }
 

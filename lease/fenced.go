@@ -216,10 +216,6 @@ type Fenced struct {
 	endpoint  EndpointReport
 	wakes     bool
 	listening bool
-
-	// dropped are the connections resetConn closed; Close waits for
-	// their cleanup (see cleanups).
-	dropped cleanups
 }
 
 var (
@@ -402,7 +398,6 @@ func (f *Fenced) ensureConn(ctx context.Context) error {
 // on a fresh one. The term stays: it is the server's to expire.
 func (f *Fenced) resetConn(ctx context.Context) {
 	closeConn(ctx, f.conn)
-	f.dropped.add(f.conn)
 	f.conn, f.listening = nil, false
 }
 
@@ -454,7 +449,6 @@ func (f *Fenced) Close(ctx context.Context) error {
 	// Caught by TestFenced/ClosedLeaseIsFaultedAndHandsOver.
 	err := f.releaseLocked(ctx)
 	f.resetConn(ctx)
-	f.dropped.wait(ctx)
 	f.closed = true
 	return err
 }
