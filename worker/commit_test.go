@@ -139,8 +139,10 @@ func TestComplete(t *testing.T) {
 		// The worker stays paused for pause, or until the next replica has
 		// taken over, which must come sooner: by then the server has ended
 		// the transaction, and waiting out the rest of the pause would
-		// show nothing more.
-		const pause = 4 * time.Second
+		// show nothing more. The takeover takes completeStall plus the TTL
+		// (1.3 s) on a quiet machine and 3.1 s was seen under load, so the
+		// pause stays well clear of both.
+		const pause = 6 * time.Second
 		tookOver := make(chan struct{})
 		b.worker.db = commitHookPool{Pool: b.worker.ownPool, hook: func(context.Context, pgx.Tx) error {
 			select { // the fence has run; its lock is held
