@@ -228,4 +228,42 @@ func TestPipeline(t *testing.T) {
 			require.Equal(t, int64(1), b.worker.Stats().JobsCompleted)
 		})
 	})
+
+	// A job that has finished is recorded within the completer's linger,
+	// not when a slower job of its batch finishes: its visibility timeout
+	// runs until it is recorded, and a job whose timeout passes is claimed
+	// and run again.
+	t.Run("AFinishedJobIsRecordedWhileItsSiblingStillRuns", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			release := make(chan struct{})
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+			slow := HandlerFunc(func(ctx context.Context, _ *Job) error {
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+			fast := HandlerFunc(func(context.Context, *Job) error { return nil })
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"slow": slow, "fast": fast},
+				BatchSize: 2, MaxHandlers: 2, PollInterval: 20 * time.Millisecond})
+			b.enqueue(t, 1, "slow")
+			b.enqueue(t, 1, "fast")
+			start(t, b.worker)
+			require.Eventually(t, func() bool {
+				return b.worker.Stats().JobsCompleted == 1
+			}, 5*time.Second, 10*time.Millisecond, "the fast job's outcome waits for the slow one")
+			require.Equal(t, map[string]int{StateRunning: 1, StateCompleted: 1}, b.states(t))
+			close(release)
+			waitCompleted(t, b.worker, 2)
+		})
+	})
 }
