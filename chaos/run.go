@@ -30,17 +30,13 @@ func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.R
 			// A limitation that shows only when the fault lands in time
 			// may miss its moment on a loaded machine; it must show in one
 			// of two runs, and the cell's notes say it took two.
-			notes := append([]string{"ran again after: " + why}, c.Notes...)
-			c = runCell(ctx, sc, opts)
-			c.Notes = append(notes, c.Notes...)
+			c = runAgain(ctx, sc, opts, c, why)
 		}
 		if why := flaked(c); why != "" && ctx.Err() == nil {
 			// A cell that could not run, or ran with a replica fewer
 			// because one failed on its own, measured nothing it was meant
 			// to. Once is a flake (see "Findings"), twice an error.
-			notes := append([]string{"ran again after: " + why}, c.Notes...)
-			c = runCell(ctx, sc, opts)
-			c.Notes = append(notes, c.Notes...)
+			c = runAgain(ctx, sc, opts, c, why)
 			if why := flaked(c); why != "" && c.Err == nil {
 				c.Err = fmt.Errorf("cell %s: %s", sc.Name, why)
 			}
@@ -51,6 +47,15 @@ func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.R
 		}
 	}
 	return results
+}
+
+// runAgain runs sc once more after its run c failed for why, keeping c's
+// notes and saying why in front of them.
+func runAgain(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions, c report.Cell, why string) report.Cell {
+	notes := append([]string{"ran again after: " + why}, c.Notes...)
+	again := runCell(ctx, sc, opts)
+	again.Notes = append(notes, again.Notes...)
+	return again
 }
 
 func runCell(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions) report.Cell {
