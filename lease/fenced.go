@@ -58,14 +58,21 @@ type FencedConfig struct {
 	// Keep it below the caller's bound on one lease call (the worker's
 	// LeaseTimeout).
 	WaitTimeout time.Duration
+	// ConnectTimeout bounds opening the lease connection; default 5s.
+	// Connecting is not part of a poll's answer: TTL - Margin is counted
+	// from when the statement is sent, after the connection is ready, so
+	// a replica whose connections take longer than TTL - Margin to open
+	// (a loaded host, slow authentication) still becomes leader.
+	ConnectTimeout time.Duration
 	// Logger receives state changes and faults; default discards.
 	Logger *slog.Logger
 }
 
 const (
-	defaultFencedTable   = "doublerun_leases"
-	defaultFencedAppName = "doublerun-fenced-lease"
-	defaultFencedTTL     = 15 * time.Second
+	defaultFencedTable    = "doublerun_leases"
+	defaultFencedAppName  = "doublerun-fenced-lease"
+	defaultFencedTTL      = 15 * time.Second
+	defaultConnectTimeout = 5 * time.Second
 )
 
 // The Fenced statements. Each one stands alone, and expiry is computed from
@@ -152,6 +159,7 @@ func (c FencedConfig) withDefaults() FencedConfig {
 	c.ExecMode = cmp.Or(c.ExecMode, pgx.QueryExecModeExec)
 	c.ApplicationName = cmp.Or(c.ApplicationName, defaultFencedAppName)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, defaultWaitTimeout)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, defaultConnectTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -174,6 +182,9 @@ func (c FencedConfig) validate() error {
 	}
 	if err := validateWaitTimeout(c.WaitTimeout); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ConnectTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ConnectTimeout %s is negative; leave it 0 for %s", c.ConnectTimeout, defaultConnectTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -238,15 +249,13 @@ func NewFenced(ctx context.Context, cfg FencedConfig) (*Fenced, error) {
 			return nil, err
 		}
 	}
-	c, err := f.connect(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("lease: fenced %q: connect: %w", f.cfg.Name, err)
+	if err := f.ensureConn(ctx); err != nil {
+		return nil, fmt.Errorf("lease: fenced %q: %w", f.cfg.Name, err)
 	}
-	if _, err := c.Exec(ctx, fmt.Sprintf(fencedExistsSQL, f.table)); err != nil {
-		closeConn(ctx, c)
+	if _, err := f.conn.Exec(ctx, fmt.Sprintf(fencedExistsSQL, f.table)); err != nil {
+		f.resetConn(ctx)
 		return nil, fmt.Errorf("lease: fenced %q: %w", f.cfg.Name, hintMigrate(err, f.cfg.Table))
 	}
-	f.conn = c
 	return f, nil
 }
 
@@ -304,6 +313,13 @@ func (f *Fenced) tryLocked(ctx context.Context) (Result, error) {
 	if f.closed {
 		return Result{Status: Faulted, Err: ErrClosed}, nil
 	}
+	// Connect first, outside the answer's budget: a connection that takes
+	// longer than TTL - Margin to open would otherwise fail every poll,
+	// and the replica would never lead again. Caught by
+	// TestFenced/SlowConnectStillLeads.
+	if err := f.ensureConn(ctx); err != nil {
+		return f.failed(ctx, err)
+	}
 	// Read before the statement is sent. The server computes expires_at no
 	// earlier than this instant, so start + TTL - Margin never overstates
 	// the lease, however long the answer takes.
@@ -342,9 +358,6 @@ func (f *Fenced) tryLocked(ctx context.Context) (Result, error) {
 // renewOrGrant renews the term held, or else tries a grant. granted is
 // false when another replica holds an unexpired term.
 func (f *Fenced) renewOrGrant(ctx context.Context) (token int64, granted bool, err error) {
-	if err := f.ensureConn(ctx); err != nil {
-		return 0, false, err
-	}
 	ttl := f.cfg.TTL.Milliseconds()
 	if f.term.Token != 0 {
 		err := f.conn.QueryRow(ctx, f.renew, f.cfg.Name, f.cfg.Holder, f.term.Token, ttl).Scan(&token)
@@ -381,11 +394,14 @@ func (f *Fenced) failed(ctx context.Context, err error) (Result, error) {
 	return Result{Status: Faulted, Err: fmt.Errorf("lease %q: %w", f.cfg.Name, hintMigrate(err, f.cfg.Table))}, nil
 }
 
-// ensureConn connects if the lease has no connection.
+// ensureConn connects, within ConnectTimeout, if the lease has no
+// connection.
 func (f *Fenced) ensureConn(ctx context.Context) error {
 	if f.conn != nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.ConnectTimeout)
+	defer cancel()
 	c, err := f.connect(ctx)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -428,11 +444,11 @@ func (f *Fenced) releaseLocked(ctx context.Context) error {
 	if term.Token == 0 {
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, f.cfg.TTL-f.cfg.Margin)
-	defer cancel()
-	if err := f.ensureConn(sctx); err != nil {
+	if err := f.ensureConn(ctx); err != nil {
 		return fmt.Errorf("lease %q: release token %d: %w; the term expires by itself after the TTL", f.cfg.Name, term.Token, err)
 	}
+	sctx, cancel := context.WithTimeout(ctx, f.cfg.TTL-f.cfg.Margin)
+	defer cancel()
 	if _, err := f.conn.Exec(sctx, f.release, f.cfg.Name, f.cfg.Holder, term.Token, fencedChannel); err != nil {
 		f.resetConn(ctx)
 		return fmt.Errorf("lease %q: release token %d: %w; the term expires by itself after the TTL", f.cfg.Name, term.Token, err)

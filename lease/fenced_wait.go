@@ -90,6 +90,9 @@ func (f *Fenced) Acquire(ctx context.Context) (Result, error) {
 	// Listen before the first try, so a release that commits after the try
 	// has looked is queued for the wait rather than lost. Like a poll's
 	// statement, it may take TTL - Margin.
+	if err := f.ensureConn(ctx); err != nil {
+		return f.failed(ctx, err)
+	}
 	lctx, cancelListen := context.WithTimeout(ctx, f.cfg.TTL-f.cfg.Margin)
 	err := f.listen(lctx)
 	cancelListen()

@@ -1,0 +1,67 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// slowConnect makes f's next connections open only after delay, as on a
+// loaded host where authentication takes longer than TTL - Margin. The
+// connections are real; only their start is late.
+func slowConnect(f *Fenced, delay time.Duration) {
+	connect := f.connect
+	f.connect = func(ctx context.Context) (conn, error) {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return connect(ctx)
+	}
+}
+
+func TestFencedConnect(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DefaultsToFiveSecondsAndRejectsANegativeTimeout", func(t *testing.T) {
+		t.Parallel()
+		f, err := newFenced(FencedConfig{DSN: "postgres://u@localhost:5432/db"})
+		require.NoError(t, err)
+		require.Equal(t, 5*time.Second, f.cfg.ConnectTimeout)
+		_, err = newFenced(FencedConfig{DSN: "postgres://u@localhost:5432/db", ConnectTimeout: -time.Second})
+		require.ErrorContains(t, err, "ConnectTimeout -1s is negative")
+	})
+
+	// A replica whose connections take longer to open than TTL - Margin
+	// still leads: the answer's budget starts when the statement is sent.
+	// Were the connect inside it, every poll after a dropped connection
+	// would fail, and the replica would never lead again.
+	t.Run("SlowConnectStillLeads", func(t *testing.T) {
+		t.Parallel()
+		b := setupServer(t)
+		const ttl = 300 * time.Millisecond // TTL - Margin is 240ms
+		l := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(ttl))
+		slowConnect(l, 2*ttl)
+		l.resetConn(b.ctx) // as after a poll that timed out
+		res := mustTry(t, b.ctx, l)
+		require.Equal(t, Leader, res.Status, "poll after a slow connect: %v", res.Err)
+		require.NotZero(t, res.Term.Token)
+	})
+
+	t.Run("ConnectTimeoutBoundsTheConnect", func(t *testing.T) {
+		t.Parallel()
+		b := setupServer(t)
+		l := newFencedT(t, b.db, b.db.Postgres, "a", func(c *FencedConfig) { c.ConnectTimeout = 100 * time.Millisecond })
+		slowConnect(l, 10*time.Second)
+		l.resetConn(b.ctx)
+		begin := time.Now()
+		res := mustTry(t, b.ctx, l)
+		require.Equal(t, Faulted, res.Status)
+		require.ErrorIs(t, res.Err, context.DeadlineExceeded)
+		require.ErrorContains(t, res.Err, "connect")
+		require.Less(t, time.Since(begin), 5*time.Second, "the connect was not bounded by ConnectTimeout")
+	})
+}
