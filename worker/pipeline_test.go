@@ -119,19 +119,22 @@ func TestPipeline(t *testing.T) {
 	t.Run("FullBatchesAreClaimedWithoutWaiting", func(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
-			// The lease's answer holds a second, so the leader asks again
-			// every half second while it works: 100 jobs of 25 ms, four
-			// at a time, take longer.
-			dl := &deadlineLease{fencingLease: newFencingLease(), trust: time.Second}
+			// The lease's answer holds two seconds, so the leader asks
+			// again every second while it works: 200 jobs of 25 ms, four
+			// at a time, take longer. A batch claimed just before the
+			// leader asks again has the other second to finish its 25 ms
+			// jobs; with half a second, a loaded machine (two packages'
+			// tests at once) ran some of them into the deadline.
+			dl := &deadlineLease{fencingLease: newFencingLease(), trust: 2 * time.Second}
 			h := HandlerFunc(func(ctx context.Context, _ *Job) error { return sleepCtx(ctx, 25*time.Millisecond) })
 			b := jobsSetup(t, db, ep, Config{Lease: dl, Handlers: map[string]Handler{"k": h},
 				BatchSize: 4, MaxHandlers: 4, PollInterval: time.Hour})
-			b.enqueue(t, 100, "k")
+			b.enqueue(t, 200, "k")
 			start(t, b.worker)
 			rep := b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Again })
 			require.Zero(t, rep.Wait, "a cycle that ended with a full claim is followed at once")
 			require.True(t, rep.Stamped)
-			waitCompleted(t, b.worker, 100)
+			waitCompleted(t, b.worker, 200)
 			require.Zero(t, b.worker.Stats().JobsRetried, "no job ran into its cycle's deadline")
 		})
 	})
