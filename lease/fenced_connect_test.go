@@ -54,7 +54,8 @@ func TestFencedConnect(t *testing.T) {
 	t.Run("ConnectTimeoutBoundsTheConnect", func(t *testing.T) {
 		t.Parallel()
 		b := setupServer(t)
-		l := newFencedT(t, b.db, b.db.Postgres, "a", func(c *FencedConfig) { c.ConnectTimeout = 100 * time.Millisecond })
+		l := newFencedT(t, b.db, b.db.Postgres, "a")
+		l.cfg.ConnectTimeout = 100 * time.Millisecond // after NewFenced's own connect
 		slowConnect(l, 10*time.Second)
 		l.resetConn(b.ctx)
 		begin := time.Now()
