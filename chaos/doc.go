@@ -227,12 +227,13 @@
 //     session and pinned cells in the first run and 13 in the second; no
 //     verdict changed, because it happens at the end of a cell. The polled
 //     lease is rarely mid-statement when it stops, hence once per full run
-//     in finding 6. lease.Advisory ends a wait that way today; ending it by
-//     closing the connection instead of a cancel request would avoid the
-//     crash, at the cost of the server holding the dying backend's wait
-//     until its lock_timeout (WaitTimeout). Waiting in Close for pgx's
-//     cleanup was tried and reverted: it slowed a stalled worker's
-//     takeover (worker TestComplete) for a reason not yet found.
+//     in finding 6. pgx sends that cancel request from a goroutine after
+//     it drops a connection whose statement was cancelled, so since this
+//     finding both leases' Close waits (for at most a second) until the
+//     cleanup of every connection they dropped has ended; the replica
+//     closes its lease before it exits, so its cancel request reaches the
+//     bouncer whole. Guards lease.advisory.close-waits-for-cleanup and
+//     lease.fenced.close-waits-for-cleanup.
 //  13. A partition's heal can overlap two leaders by a few milliseconds
 //     on a direct or pinned endpoint. In the full matrix on both version
 //     sets (docker provider, the two sets at once, load average about 5),

@@ -44,6 +44,7 @@ func (a *Advisory) Close(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	err := a.release(ctx)
+	a.dropped.wait(ctx)
 	a.closed = true
 	return err
 }

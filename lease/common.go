@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,6 +71,61 @@ func closeConn(ctx context.Context, c conn) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	_ = c.Close(cctx)
+}
+
+// cleanups remembers the connections a lease dropped whose cleanup may
+// still be running, so that Close can wait for it.
+//
+// pgx drops a connection whose statement was cancelled or failed
+// (pgconn's asyncClose) in a goroutine: it sends a cancel request on a
+// connection of its own, then Terminate, then reads until the server
+// hangs up. A process that exits as soon as Close returns cuts that
+// cancel request short, and PgBouncer 1.18 in session pooling can crash
+// on a cancel request whose client disconnects before it is forwarded
+// ("bad client state: 0", pgbouncer/pgbouncer#801). A waiting follower
+// stopped mid-wait did exactly that (package chaos, finding 12). Waiting
+// in reset instead would add up to closeTimeout to a faulted poll behind
+// a partition; Close is where the process is about to leave.
+type cleanups struct {
+	pending []chan struct{}
+}
+
+// add remembers c's cleanup if c is a pgx connection, and forgets the
+// cleanups that have finished.
+func (cl *cleanups) add(c conn) {
+	pc, ok := c.(interface{ PgConn() *pgconn.PgConn })
+	if !ok || pc.PgConn() == nil {
+		return
+	}
+	cl.pending = slices.DeleteFunc(cl.pending, isDone)
+	cl.pending = append(cl.pending, pc.PgConn().CleanupDone())
+}
+
+// wait waits until every remembered cleanup has finished, for at most
+// closeTimeout, and forgets them. Caught by
+// TestAdvisoryWait/CloseWaitsForTheCancelledWaitsCleanup.
+func (cl *cleanups) wait(ctx context.Context) {
+	if len(cl.pending) == 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	for _, done := range cl.pending {
+		select {
+		case <-done:
+		case <-wctx.Done():
+		}
+	}
+	cl.pending = nil
+}
+
+func isDone(done chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }
 
 // defaultHolder is "hostname-pid": unique per replica on one host, and

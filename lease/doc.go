@@ -115,7 +115,10 @@
 //     WaitTimeout + ProbeTimeout: Faulted, and reset. ctx ending: the
 //     error, and reset; closing a connection cancelled in mid-statement
 //     sends the server a cancel request (pgx does), so the backend does
-//     not stay queued for the lock.
+//     not stay queued for the lock. pgx sends it from a goroutine, so
+//     Close waits (at most a second) until it has gone: a process that
+//     exits right after Close would otherwise cut it short, which can
+//     crash PgBouncer 1.18 in session pooling (pgbouncer/pgbouncer#801).
 //   - A waiting follower holds its server connection for as long as it
 //     waits. Through a transaction pool that is a pooled server connection
 //     taken from the work and from the leader's own probe, and a follower
@@ -278,7 +281,12 @@
 // transactions (pgx's default statement cache fails with SQLSTATE 42P05
 // behind PgBouncer before 1.21). A failure keeps the term, so a transient
 // fault, such as its backend being killed, costs one Faulted poll, not a
-// failover.
+// failover. The reconnect is bounded by ConnectTimeout, not by the
+// answer's TTL - Margin: a poll that timed out behind a fenced write drops
+// its connection, and with a short TTL on a loaded host (SCRAM
+// authentication under the race detector took more than 240 ms) a
+// connect inside that budget failed every poll, and the replica never
+// led again.
 //
 // # Fencing writes
 //

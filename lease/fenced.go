@@ -227,6 +227,10 @@ type Fenced struct {
 	endpoint  EndpointReport
 	wakes     bool
 	listening bool
+
+	// dropped are the connections resetConn closed; Close waits for
+	// their cleanup (see cleanups).
+	dropped cleanups
 }
 
 var (
@@ -414,6 +418,7 @@ func (f *Fenced) ensureConn(ctx context.Context) error {
 // on a fresh one. The term stays: it is the server's to expire.
 func (f *Fenced) resetConn(ctx context.Context) {
 	closeConn(ctx, f.conn)
+	f.dropped.add(f.conn)
 	f.conn, f.listening = nil, false
 }
 
@@ -465,6 +470,7 @@ func (f *Fenced) Close(ctx context.Context) error {
 	// Caught by TestFenced/ClosedLeaseIsFaultedAndHandsOver.
 	err := f.releaseLocked(ctx)
 	f.resetConn(ctx)
+	f.dropped.wait(ctx)
 	f.closed = true
 	return err
 }
