@@ -431,12 +431,22 @@ func TestJobs(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 			dl := &deadlineLease{fencingLease: newFencingLease(), trust: 300 * time.Millisecond}
-			var handlerErr atomic.Value
+			var handlerErr, handlerEnds atomic.Value
 			b := jobsSetup(t, db, ep, Config{
 				Lease: dl,
+				// A claim whose answer comes after the 300 ms deadline
+				// (a loaded machine) has its job claimed again after the
+				// visibility timeout: 2 s here, well inside the 15 s the
+				// test waits, where the default 5 min failed it.
+				VisibilityTimeout: 2 * time.Second,
 				Handlers: map[string]Handler{"slow": HandlerFunc(func(ctx context.Context, _ *Job) error {
+					// Read after the claim: no earlier than the
+					// claiming cycle's deadline, at most 300 ms away.
+					leaseDeadline := dl.Deadline()
+					ends, _ := ctx.Deadline()
 					<-ctx.Done() // the handler honours its context
 					handlerErr.Store(ctx.Err())
+					handlerEnds.Store(ends.Sub(leaseDeadline))
 					return ctx.Err()
 				})},
 			})
@@ -445,6 +455,8 @@ func TestJobs(t *testing.T) {
 			rep := b.worker.signals.completed.Wait()
 			require.NoError(t, rep.Err, "the outcome is recorded after the deadline")
 			require.Equal(t, context.DeadlineExceeded, handlerErr.Load())
+			require.LessOrEqual(t, handlerEnds.Load().(time.Duration), time.Duration(0),
+				"the handler's context ends at the lease's deadline, not at the visibility timeout")
 			require.Equal(t, int64(1), b.worker.Stats().JobsRetried)
 		})
 	})
