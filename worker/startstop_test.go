@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,10 @@ func TestStartStop(t *testing.T) {
 	}
 	setup := func(t *testing.T) *bundle {
 		l := newStubLease(lease.Follower)
-		return &bundle{lease: l, worker: newWorker(t, Config{Lease: l, PollInterval: time.Millisecond})}
+		// 10 ms: quick cycles, and a health threshold (3 intervals)
+		// that a loaded machine does not overrun between a heartbeat and
+		// the Health call that checks it.
+		return &bundle{lease: l, worker: newWorker(t, Config{Lease: l, PollInterval: 10 * time.Millisecond})}
 	}
 
 	t.Run("StartRunsOneLoopHoweverOftenCalled", func(t *testing.T) {
@@ -45,9 +49,12 @@ func TestStartStop(t *testing.T) {
 
 	t.Run("StartReturnsWithTheLoopRunning", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		start(t, b.worker)
-		require.Equal(t, StatusHealthy, b.worker.Health().Status, "started, so not 'never started'")
+		// A poll interval of a second, not setup's millisecond: Health
+		// degrades after 3 intervals without a heartbeat, and 3 ms can
+		// pass before the first cycle on a loaded machine.
+		w := newWorker(t, Config{Lease: newStubLease(lease.Follower), PollInterval: time.Second})
+		start(t, w)
+		require.Equal(t, StatusHealthy, w.Health().Status, "started, so not 'never started'")
 	})
 
 	t.Run("StopBeforeStartDoesNothing", func(t *testing.T) {
@@ -83,6 +90,68 @@ func TestStartStop(t *testing.T) {
 		b.worker.signals.cycled.Wait()
 		require.Equal(t, StatusHealthy, b.worker.Health().Status)
 	})
+
+	// Start called while a loop whose context has ended is still in its
+	// last cycle (here, a lease call that has not answered yet) waits for
+	// that loop and starts a new one, instead of taking the ending loop
+	// for a running one and leaving the worker without a loop.
+	t.Run("StartWaitsForALoopWhoseContextEnded", func(t *testing.T) {
+		t.Parallel()
+		l := &heldLease{stubLease: newStubLease(lease.Follower), entered: make(chan struct{}, 1), release: make(chan struct{})}
+		w := newWorker(t, Config{Lease: l, PollInterval: 10 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(w.Stop)
+		t.Cleanup(l.letGo) // first, so that Stop does not wait forever
+		w.signals.cycled.Wait()
+		l.held.Store(true)
+		<-l.entered // the loop is in a lease call that ignores its context
+		cancel()
+		calling, started := make(chan struct{}), make(chan error, 1)
+		go func() {
+			close(calling)
+			started <- w.Start(context.Background())
+		}()
+		<-calling
+		select {
+		case <-started:
+			t.Fatal("Start returned while the ended loop was still in its last cycle")
+		case <-time.After(200 * time.Millisecond): // Start waits, as it should
+		}
+		l.letGo()
+		require.NoError(t, <-started)
+		before := w.Stats().Cycles
+		w.signals.cycled.WaitUntil(func(cycleReport) bool { return w.Stats().Cycles > before })
+		require.Equal(t, int32(1), w.loops.Load())
+		require.Equal(t, StatusHealthy, w.Health().Status)
+	})
+}
+
+// heldLease is a stub lease whose calls, while held is set, wait for
+// release whatever their context says, as a lease call stuck on a slow
+// network does until its own timeout.
+type heldLease struct {
+	*stubLease
+	held    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+// letGo lets the held call and every later one through.
+func (l *heldLease) letGo() {
+	l.once.Do(func() {
+		l.held.Store(false)
+		close(l.release)
+	})
+}
+
+func (l *heldLease) TryAcquire(ctx context.Context) (lease.Result, error) {
+	if l.held.Load() {
+		l.entered <- struct{}{}
+		<-l.release
+	}
+	return l.stubLease.TryAcquire(ctx)
 }
 
 func TestDefaultRetryDelay(t *testing.T) {

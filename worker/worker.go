@@ -47,7 +47,8 @@ type Worker struct {
 	signals     testSignals
 	startMu     sync.Mutex
 	cancel      context.CancelFunc
-	done        chan struct{}
+	done        chan struct{}   // closed when the loop has ended
+	ended       <-chan struct{} // the loop's context's Done
 	isClosed    bool
 	loops       atomic.Int32 // loop goroutines running; never more than 1
 }
@@ -139,6 +140,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		select {
 		case <-w.done: // the loop ended with its context; start afresh
 			w.cancel()
+		case <-w.ended:
+			// Its context has ended and the loop is ending (its last
+			// cycle, then the health it reports). Taken for running, it
+			// would leave the worker with no loop once it ends: wait for
+			// it, then start afresh. Caught by
+			// TestStartStop/StartWaitsForALoopWhoseContextEnded.
+			<-w.done
+			w.cancel()
 		default:
 			// Already running. Caught by
 			// TestStartStop/StartRunsOneLoopHoweverOftenCalled.
@@ -158,7 +167,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.loop(ctx)
 	}()
 	<-running
-	w.cancel, w.done = cancel, done
+	w.cancel, w.done, w.ended = cancel, done, ctx.Done()
 	return nil
 }
 
@@ -178,7 +187,7 @@ func (w *Worker) stopLocked() {
 	}
 	w.cancel()
 	<-w.done
-	w.cancel, w.done = nil, nil
+	w.cancel, w.done, w.ended = nil, nil, nil
 }
 
 // Close stops the worker and closes the pool it opened from DSN. It is
