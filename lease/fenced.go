@@ -320,7 +320,7 @@ func (f *Fenced) tryLocked(ctx context.Context) (Result, error) {
 	// Connect first, outside the answer's budget: a connection that takes
 	// longer than TTL - Margin to open would otherwise fail every poll,
 	// and the replica would never lead again. Caught by
-	// TestFenced/SlowConnectStillLeads.
+	// TestFencedConnect/SlowConnectStillLeads.
 	if err := f.ensureConn(ctx); err != nil {
 		return f.failed(ctx, err)
 	}

@@ -87,12 +87,13 @@ func (f *Fenced) Acquire(ctx context.Context) (Result, error) {
 	// TestFencedWait/FollowerWaitEndsAtItsBoundAsFollower.
 	bound, cancel := context.WithTimeout(ctx, f.cfg.WaitTimeout)
 	defer cancel()
-	// Listen before the first try, so a release that commits after the try
-	// has looked is queued for the wait rather than lost. Like a poll's
-	// statement, it may take TTL - Margin.
+	// Connect outside the listen's budget, as a poll does (tryLocked).
 	if err := f.ensureConn(ctx); err != nil {
 		return f.failed(ctx, err)
 	}
+	// Listen before the first try, so a release that commits after the try
+	// has looked is queued for the wait rather than lost. Like a poll's
+	// statement, it may take TTL - Margin.
 	lctx, cancelListen := context.WithTimeout(ctx, f.cfg.TTL-f.cfg.Margin)
 	err := f.listen(lctx)
 	cancelListen()

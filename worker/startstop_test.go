@@ -49,8 +49,8 @@ func TestStartStop(t *testing.T) {
 
 	t.Run("StartReturnsWithTheLoopRunning", func(t *testing.T) {
 		t.Parallel()
-		// A poll interval of a second, not setup's millisecond: Health
-		// degrades after 3 intervals without a heartbeat, and 3 ms can
+		// A poll interval of a second, not setup's 10 ms: Health
+		// degrades after 3 intervals without a heartbeat, and 30 ms can
 		// pass before the first cycle on a loaded machine.
 		w := newWorker(t, Config{Lease: newStubLease(lease.Follower), PollInterval: time.Second})
 		start(t, w)

@@ -138,13 +138,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if w.done != nil {
 		select {
-		case <-w.done: // the loop ended with its context; start afresh
-			w.cancel()
 		case <-w.ended:
-			// Its context has ended and the loop is ending (its last
-			// cycle, then the health it reports). Taken for running, it
-			// would leave the worker with no loop once it ends: wait for
-			// it, then start afresh. Caught by
+			// The loop ends only with its context, so it has ended or is
+			// ending (its last cycle, then the health it reports). Taken
+			// for running while it ends, it would leave the worker with
+			// no loop: wait for it, then start afresh. Caught by
 			// TestStartStop/StartWaitsForALoopWhoseContextEnded.
 			<-w.done
 			w.cancel()
