@@ -216,7 +216,7 @@ func leaderWork(spec replicaSpec, l lease.Lease, rec *oracle.Recorder, pool *pgx
 		_ = wait.Sleep(ctx, spec.Work) // the work itself; a stop ends it early
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		werr := sideEffect(ctx, wctx, spec, pool, rec, term)
+		werr := sideEffect(ctx, wctx, spec, fences(l), pool, rec, term)
 		if err := endWork(ctx, rec, id); err != nil {
 			return err
 		}
@@ -227,26 +227,36 @@ func leaderWork(spec replicaSpec, l lease.Lease, rec *oracle.Recorder, pool *pgx
 	})
 }
 
+// fences says whether l's side-effect writes are fenced: worker.Fence
+// checks nothing for a lease that is no lease.Fencer.
+func fences(l lease.Lease) bool {
+	_, ok := l.(lease.Fencer)
+	return ok
+}
+
 // sideEffect writes one row under term in a transaction that first checks
-// the fence (unless unfenced). leaderCtx carries the term for worker.Fence;
-// the statements run on ctx, which outlives the leader cycle.
-func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, pool *pgxpool.Pool, rec *oracle.Recorder, term lease.Term) error {
+// the fence (unless unfenced, or the lease cannot fence). leaderCtx
+// carries the term for worker.Fence; the statements run on ctx, which
+// outlives the leader cycle. A refusal is logged with the transaction's
+// times, read in it.
+func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, fencer bool, pool *pgxpool.Pool, rec *oracle.Recorder, term lease.Term) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if !spec.Unfenced {
+	fenced := fencer && !spec.Unfenced
+	if fenced {
 		fenceCtx, cancel := context.WithTimeout(context.WithoutCancel(leaderCtx), 5*time.Second)
 		defer cancel()
 		if err := worker.Fence(fenceCtx, tx); err != nil {
 			if errors.Is(err, lease.ErrStaleToken) {
-				return rec.Rejected(ctx, term.Token)
+				return rec.Rejected(ctx, tx, term.Token)
 			}
 			return err
 		}
 	}
-	if err := rec.SideEffect(ctx, tx, term.Token); err != nil {
+	if err := rec.SideEffect(ctx, tx, term.Token, fenced); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

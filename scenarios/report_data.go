@@ -14,7 +14,7 @@ import (
 
 // ReportSchema names the JSON layout of Report; it changes when a field's
 // meaning does.
-const ReportSchema = "doublerun.report/v1"
+const ReportSchema = "doublerun.report/v2"
 
 // Report is everything one run measured. Its JSON form is documented in
 // the package documentation; it carries the raw history, so every figure
@@ -29,11 +29,24 @@ type Report struct {
 	GapTolerance oracle.Duration `json:"gap_tolerance_ms"`
 	// OrphanTolerance is the oracle option the orphaned-lock window used.
 	OrphanTolerance oracle.Duration `json:"orphan_tolerance_ms"`
-	Replicas        []ReplicaInfo   `json:"replicas"`
-	Metrics         oracle.Metrics  `json:"metrics"`
-	Verdict         Verdict         `json:"verdict"`
-	History         oracle.History  `json:"history"`
+	// CheckTimeout is the oracle option that bounded the linearizability
+	// check.
+	CheckTimeout oracle.Duration `json:"check_timeout_ms"`
+	Replicas     []ReplicaInfo   `json:"replicas"`
+	Metrics      oracle.Metrics  `json:"metrics"`
+	Verdict      Verdict         `json:"verdict"`
+	History      oracle.History  `json:"history"`
 }
+
+// Analysis is the oracle options the report's figures were computed with.
+func (r *Report) Analysis() oracle.Options {
+	return oracle.Options{GapTolerance: time.Duration(r.GapTolerance), OrphanTolerance: time.Duration(r.OrphanTolerance),
+		CheckTimeout: time.Duration(r.CheckTimeout)}
+}
+
+// Pieces is the number of pieces of leader work the report's history
+// holds, which Judge needs.
+func (r *Report) Pieces() int { return len(r.History.Intervals) }
 
 // StackInfo says where a run happened.
 type StackInfo struct {
@@ -88,13 +101,15 @@ type ReplicaInfo struct {
 }
 
 func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
+	opts := r.analysis()
 	rep := &Report{
 		Schema:          ReportSchema,
 		Scenario:        r.sc,
 		Began:           r.began,
 		Wall:            oracle.Duration(time.Since(r.began)),
-		GapTolerance:    oracle.Duration(r.gapTolerance()),
-		OrphanTolerance: oracle.Duration(orphanTolerance),
+		GapTolerance:    oracle.Duration(opts.GapTolerance),
+		OrphanTolerance: oracle.Duration(opts.OrphanTolerance),
+		CheckTimeout:    oracle.Duration(opts.CheckTimeout),
 		Metrics:         m,
 		Verdict:         Judge(r.sc.Expect, m, len(h.Intervals)),
 		History:         h,

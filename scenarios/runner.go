@@ -140,7 +140,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	h.Locks = locks
-	return r.report(h, oracle.Analyze(h, oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: orphanTolerance})), nil
+	return r.report(h, oracle.Analyze(h, r.analysis())), nil
 }
 
 // inject runs f, logging on the oracle's clock when it began and when it
@@ -165,6 +165,12 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// analysis is how the run's history is analysed; the report carries each
+// option, so `doublerun check` analyses it the same way.
+func (r *run) analysis() oracle.Options {
+	return oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: orphanTolerance, CheckTimeout: oracle.DefaultCheckTimeout}
 }
 
 // gapTolerance is the longest pause between two pieces of a leader's own
@@ -310,6 +316,9 @@ func (r *run) connectOracle(ctx context.Context) error {
 			if err := strategy.Setup(ctx, c.Conn()); err != nil {
 				return fmt.Errorf("strategy %s setup: %w", r.sc.Strategy, err)
 			}
+		}
+		if strategy.TokenTable != "" {
+			return oracle.RecordTokens(ctx, c.Conn(), strategy.TokenTable)
 		}
 		return nil
 	})

@@ -167,6 +167,10 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 	stale := oracle.Metrics{StaleWrites: oracle.StaleWrites{Accepted: 1}}
 	clean := oracle.Metrics{}
 	orphan := oracle.Metrics{Orphaned: oracle.Orphaned{Window: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}}
+	withFence := func(m oracle.Metrics, verdict string) oracle.Metrics {
+		m.Linearizability = &oracle.Linearizability{Linearizable: verdict, Operations: 9}
+		return m
+	}
 	for _, tc := range []struct {
 		name   string
 		expect Expectation
@@ -187,6 +191,10 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 		{"ReproducesOrOrphansAndOrphaned", ExpectReproducesOrOrphans, orphan, 5, true},
 		{"ReproducesOrOrphansFailsWhenTheRunIsClean", ExpectReproducesOrOrphans, clean, 5, false},
 		{"ReproducesOrOrphansFailsWithAStaleWriteOnly", ExpectReproducesOrOrphans, stale, 5, false},
+		{"SafeAndLinearizable", ExpectSafe, withFence(clean, oracle.LinearizableYes), 5, true},
+		{"NoLegalOrderFailsWhateverTheWindowsSay", ExpectReproduces, withFence(double, oracle.LinearizableNo), 5, false},
+		{"NoLegalOrderFailsAFencedRun", ExpectFenced, withFence(double, oracle.LinearizableNo), 5, false},
+		{"AnUnfinishedCheckFails", ExpectSafe, withFence(clean, oracle.LinearizableUnknown), 5, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -68,6 +68,14 @@ type Strategy struct {
 	// replicas then name the lock in their claims, and the runner watches
 	// that one.
 	AdvisoryLock *lease.AdvisoryLock
+	// TokenTable is the table, on the run's database, in which the lease
+	// keeps its fencing token: a row per lease name with a token column
+	// that every grant raises (and a holder column naming the replica,
+	// if it has one). Setup must create it. The runner has the server
+	// record every grant and renewal in it (oracle.RecordTokens), which
+	// the linearizability check of the fence needs; empty for a lease
+	// whose tokens cannot be watched, whose runs are then not checked.
+	TokenTable string
 	// RefusesTransactionPooling says why the lease refuses a
 	// transaction-pooled lease endpoint, the transaction topology's;
 	// empty for a lease that takes any endpoint. A scenario of such a
@@ -78,6 +86,13 @@ type Strategy struct {
 // waitRefusal is why lease.Advisory with Wait refuses a transaction-pooled
 // endpoint.
 const waitRefusal = "a waiting follower holds its server connection while it waits, so lease.Advisory with Wait refuses a transaction-pooled endpoint"
+
+// The built-in strategies' token tables, named here so that the runner
+// can watch them.
+const (
+	advisoryTokenTable = "doublerun_lease_tokens"
+	fencedTable        = "doublerun_leases"
+)
 
 // advisory builds the built-in advisory strategies on lease.Advisory,
 // whose lock is lease.DefaultAdvisoryLock. A waiting one waits for at most
@@ -92,13 +107,26 @@ func advisory(unguarded, wait bool) Strategy {
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
 			return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
 				DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger,
-				Key1: lock.Key1, Key2: lock.Key2,
+				Key1: lock.Key1, Key2: lock.Key2, TokenTable: advisoryTokenTable,
 				DisablePIDGuard: unguarded, AllowTransactionPooling: true,
 				Wait: wait, WaitTimeout: c.PollInterval,
 			})
 		},
+		// lease.NewAdvisory creates its token table; one built on the
+		// runner's direct connection does it before any replica starts,
+		// so the runner can watch the table from the first grant on (and
+		// no two replicas race to create it).
+		Setup: func(ctx context.Context, conn *pgx.Conn) error {
+			l, err := lease.NewAdvisory(ctx, lease.AdvisoryConfig{DSN: conn.Config().ConnString(), Name: "doublerun-setup",
+				Holder: "runner", TokenTable: advisoryTokenTable})
+			if err != nil {
+				return err
+			}
+			return l.Close(ctx)
+		},
 		ReportsBackendPID: true,
 		AdvisoryLock:      &lock,
+		TokenTable:        advisoryTokenTable,
 	}
 	// Caught by TestStrategyRefusalMatchesTheLease/advisory-wait.
 	if wait {
@@ -116,9 +144,10 @@ var strategies = struct {
 	StrategyAdvisoryWait:      advisory(false, true),
 	StrategyFenced: {
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
-			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger})
+			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger, Table: fencedTable})
 		},
-		Setup: func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, "") },
+		Setup:      func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, fencedTable) },
+		TokenTable: fencedTable,
 	},
 }}
 

@@ -34,9 +34,17 @@ func (v Verdict) Err() error {
 func Judge(expect Expectation, m oracle.Metrics, pieces int) Verdict {
 	v := Verdict{Expect: expect}
 	dr := m.DoubleRun
+	lin := m.Linearizability
 	switch {
 	case pieces == 0:
 		v.Reason = "no leader work was logged: no replica ever became leader"
+	case lin != nil && lin.Linearizable == oracle.LinearizableNo:
+		// Whatever the windows say: the fence let through an order of
+		// grants and writes that no sequential fence allows. Caught by
+		// TestJudgeFailsInEitherDirection/NoLegalOrderFailsWhateverTheWindowsSay.
+		v.Reason = fmt.Sprintf("the fence's history is not linearizable: its %d grants, renewals and fenced writes have no legal order (see linearizability.html)", lin.Operations)
+	case lin != nil && !lin.Holds():
+		v.Reason = fmt.Sprintf("the linearizability check of the fence's %d operations did not finish in time: the fence is unproven", lin.Operations)
 	case expect == ExpectSafe:
 		v.Pass = dr.Episodes == 0 && m.StaleWrites.Accepted == 0
 		if v.Pass {

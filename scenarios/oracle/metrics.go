@@ -1,8 +1,9 @@
 package oracle
 
 import (
+	"cmp"
+	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 )
@@ -35,10 +36,18 @@ type Grant struct {
 // endpoint. Accepted writes are read back from the table they landed in;
 // rejected ones are those the fence refused.
 type Write struct {
-	Replica  string    `json:"replica"`
-	Token    int64     `json:"token"`
+	Replica string `json:"replica"`
+	Token   int64  `json:"token"`
+	// Call is when the write's transaction began and At when its row was
+	// written (or the fence's refusal was read back), both from one
+	// statement on the server's clock; the fence's check ran between them.
+	Call     time.Time `json:"call"`
 	At       time.Time `json:"at"`
 	Accepted bool      `json:"accepted"`
+	// Fenced says the write's transaction checked the fence first: the
+	// lease fences and the scenario did not turn it off. Only fenced
+	// writes are part of the linearizability check.
+	Fenced bool `json:"fenced"`
 }
 
 // Event is something the runner did or saw: a replica started or died, a
@@ -74,6 +83,10 @@ type History struct {
 	// Locks are the runner's samples of the lease's advisory lock, kept
 	// when they change; empty for a lease that holds none.
 	Locks []LockSample `json:"locks,omitempty"`
+	// TokenOps are every grant and renewal of the lease's token, as the
+	// server recorded them in the statements that made them
+	// (RecordTokens); empty for a strategy whose token table is unknown.
+	TokenOps []TokenOp `json:"token_ops,omitempty"`
 }
 
 // Options tune Analyze.
@@ -87,6 +100,9 @@ type Options struct {
 	// out: the time a server takes to notice that a holder's socket
 	// closed, and the resolution of the runner's lock samples.
 	OrphanTolerance time.Duration
+	// CheckTimeout bounds the linearizability check (fence.go); zero
+	// means DefaultCheckTimeout.
+	CheckTimeout time.Duration
 }
 
 // Metrics are the figures a run is judged by.
@@ -119,6 +135,10 @@ type Metrics struct {
 	// Orphaned is the time the lease's advisory lock stayed on a backend
 	// after its holder let go of it or died; see locks.go.
 	Orphaned Orphaned `json:"orphaned"`
+	// Linearizability is porcupine's judgement of the fence: whether the
+	// grants, renewals and fenced writes have a legal order (fence.go);
+	// nil when the run had no fenced write or no recorded token.
+	Linearizability *Linearizability `json:"linearizability,omitempty"`
 }
 
 // Window is a set of episodes: maximal stretches of time during which a
@@ -158,7 +178,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	*d = Duration(time.Duration(ms * float64(time.Millisecond)))
+	// Rounded: 1.005 ms times 1e6 is 1004999.9999999999 in floating
+	// point, and a tolerance read back a nanosecond short would count a
+	// gap of exactly the tolerance.
+	*d = Duration(time.Duration(math.Round(ms * float64(time.Millisecond))))
 	return nil
 }
 
@@ -175,6 +198,7 @@ func Analyze(h History, opts Options) Metrics {
 	m.StaleWrites, m.Writes = staleWrites(h.Writes, h.Grants)
 	m.FailoverLatency, m.FailoverFrom = failover(h, ivs)
 	m.Orphaned = orphaned(h, opts.OrphanTolerance)
+	m.Linearizability = checkFence(h, opts.CheckTimeout)
 	return m
 }
 
@@ -208,12 +232,7 @@ func edges(ivs []Interval) []edge {
 	for _, iv := range ivs {
 		es = append(es, edge{iv.Start, +1}, edge{iv.End, -1})
 	}
-	sort.Slice(es, func(i, j int) bool {
-		if !es[i].at.Equal(es[j].at) {
-			return es[i].at.Before(es[j].at)
-		}
-		return es[i].delta < es[j].delta
-	})
+	slices.SortFunc(es, func(a, b edge) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.delta, b.delta)) })
 	return es
 }
 

@@ -101,11 +101,11 @@ func TestAnalyzeStaleWrites(t *testing.T) {
 	h := History{
 		Grants: []Grant{{"a", 1, at(0)}, {"b", 2, at(500)}, {"a", 3, at(900)}},
 		Writes: []Write{
-			{"a", 1, at(100), true},  // token 1 is newest: fine
-			{"a", 1, at(600), true},  // token 2 granted at 500: accepted stale
-			{"a", 1, at(700), false}, // the fence refused it
-			{"b", 2, at(800), true},  // fine
-			{"b", 2, at(950), true},  // token 3 granted at 900: accepted stale
+			{Replica: "a", Token: 1, At: at(100), Accepted: true}, // token 1 is newest: fine
+			{Replica: "a", Token: 1, At: at(600), Accepted: true}, // token 2 granted at 500: accepted stale
+			{Replica: "a", Token: 1, At: at(700)},                 // the fence refused it
+			{Replica: "b", Token: 2, At: at(800), Accepted: true}, // fine
+			{Replica: "b", Token: 2, At: at(950), Accepted: true}, // token 3 granted at 900: accepted stale
 		},
 	}
 	m := Analyze(h, Options{})
@@ -210,4 +210,7 @@ func TestDurationJSONRoundTrips(t *testing.T) {
 	var d Duration
 	require.NoError(t, json.Unmarshal(b, &d))
 	require.Equal(t, ms(1500)+Duration(250*time.Microsecond), d)
+	require.NoError(t, json.Unmarshal([]byte("1.005"), &d))
+	require.Equal(t, Duration(1005*time.Microsecond), d, "to the nanosecond")
+	require.Error(t, json.Unmarshal([]byte(`"1ms"`), &d))
 }

@@ -3,6 +3,7 @@ package oracle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,23 +19,56 @@ const (
 	eventsTable      = "doublerun_oracle_events"
 	rejectedTable    = "doublerun_oracle_rejected"
 	sideEffectsTable = "doublerun_side_effects"
+	tokensTable      = "doublerun_oracle_tokens"
+	tokensFunction   = "doublerun_oracle_token_op"
 )
 
-var schema = []string{
-	`CREATE TABLE IF NOT EXISTS ` + workTable + ` (
+// The tables, as constants so that the mutation gate, which never mutates
+// a constant, does not count their concatenations as untested code. A
+// write's call and at are transaction_timestamp() and clock_timestamp()
+// of the one statement that makes it: the fence ran between them.
+const (
+	workDDL = `CREATE TABLE IF NOT EXISTS ` + workTable + ` (
 		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, backend_pid int NOT NULL DEFAULT 0,
-		started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz)`,
-	`CREATE TABLE IF NOT EXISTS ` + grantsTable + ` (
+		started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz)`
+	grantsDDL = `CREATE TABLE IF NOT EXISTS ` + grantsTable + ` (
 		replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(),
-		PRIMARY KEY (replica, token))`,
-	`CREATE TABLE IF NOT EXISTS ` + eventsTable + ` (
+		PRIMARY KEY (replica, token))`
+	eventsDDL = `CREATE TABLE IF NOT EXISTS ` + eventsTable + ` (
 		id bigserial PRIMARY KEY, kind text NOT NULL, replica text NOT NULL DEFAULT '', detail text NOT NULL DEFAULT '',
-		at timestamptz NOT NULL DEFAULT clock_timestamp())`,
-	`CREATE TABLE IF NOT EXISTS ` + rejectedTable + ` (
-		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
-	`CREATE TABLE IF NOT EXISTS ` + sideEffectsTable + ` (
-		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
-}
+		at timestamptz NOT NULL DEFAULT clock_timestamp())`
+	rejectedDDL = `CREATE TABLE IF NOT EXISTS ` + rejectedTable + ` (
+		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL,
+		call timestamptz NOT NULL DEFAULT clock_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`
+	sideEffectsDDL = `CREATE TABLE IF NOT EXISTS ` + sideEffectsTable + ` (
+		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, fenced boolean NOT NULL,
+		call timestamptz NOT NULL DEFAULT transaction_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`
+	tokensDDL = `CREATE TABLE IF NOT EXISTS ` + tokensTable + ` (
+		id bigserial PRIMARY KEY, kind text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
+		call timestamptz NOT NULL, ret timestamptz NOT NULL)`
+	// The trigger function RecordTokens attaches to a lease's token
+	// table. It runs inside the statement that changed the row, so
+	// statement_timestamp() is when the server received that statement
+	// and clock_timestamp() is after the row was changed, and it commits
+	// or rolls back with it. A changed token is a grant, a kept one a
+	// renewal; see fence.go.
+	tokensFunctionDDL = `CREATE OR REPLACE FUNCTION ` + tokensFunction + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+	row_now jsonb := to_jsonb(NEW);
+	token_before bigint;
+BEGIN
+	IF TG_OP = 'UPDATE' THEN
+		token_before := (to_jsonb(OLD) ->> 'token')::bigint;
+	END IF;
+	INSERT INTO ` + tokensTable + ` (kind, holder, token, call, ret) VALUES (
+		CASE WHEN token_before IS NOT DISTINCT FROM (row_now ->> 'token')::bigint THEN '` + TokenRenewal + `' ELSE '` + TokenGrant + `' END,
+		coalesce(row_now ->> 'holder', ''), (row_now ->> 'token')::bigint, statement_timestamp(), clock_timestamp());
+	RETURN NULL;
+END
+$fn$`
+)
+
+var schema = []string{workDDL, grantsDDL, eventsDDL, rejectedDDL, sideEffectsDDL, tokensDDL, tokensFunctionDDL}
 
 // Migrate creates the oracle's tables. Run it on a direct connection.
 func Migrate(ctx context.Context, conn *pgx.Conn) error {
@@ -102,10 +136,44 @@ func (r *Recorder) Grant(ctx context.Context, token int64) error {
 	return nil
 }
 
-// Rejected logs a side-effect write the fence refused.
-func (r *Recorder) Rejected(ctx context.Context, token int64) error {
-	if _, err := r.pool.Exec(ctx, `INSERT INTO `+rejectedTable+` (replica, token) VALUES ($1, $2)`, r.replica, token); err != nil {
+// Rejected logs a side-effect write the fence refused, with the times of
+// tx, the write's transaction, in which the fence just said no: from
+// transaction_timestamp() (the fence ran after it) to clock_timestamp()
+// (it ran before). If tx cannot tell them any more, the write is logged at
+// the moment the oracle learns of it: a refusal only ever moves later that
+// way, and tokens only rise, so the check's answer stays the same (see
+// fence.go).
+func (r *Recorder) Rejected(ctx context.Context, tx Querier, token int64) error {
+	var call, at time.Time
+	err := tx.QueryRow(ctx, `SELECT transaction_timestamp(), clock_timestamp()`).Scan(&call, &at)
+	if err != nil {
+		_, err = r.pool.Exec(ctx, `INSERT INTO `+rejectedTable+` (replica, token) VALUES ($1, $2)`, r.replica, token)
+	} else {
+		_, err = r.pool.Exec(ctx, `INSERT INTO `+rejectedTable+` (replica, token, call, at) VALUES ($1, $2, $3, $4)`, r.replica, token, call, at)
+	}
+	if err != nil {
 		return fmt.Errorf("oracle: rejected write: %w", err)
+	}
+	return nil
+}
+
+// RecordTokens makes the server record every change to table, a lease's
+// token table (a row per lease name with a token column that every grant
+// raises, and optionally a holder column naming the replica), in the
+// oracle's tokens table: each grant and renewal with the times of its own
+// statement. Run it on the run's database before any replica starts, once
+// table exists. Load reads the records back as History.TokenOps.
+func RecordTokens(ctx context.Context, db Execer, table string) error {
+	// "schema.table" names a table in a schema. DROP and CREATE rather
+	// than CREATE OR REPLACE, which Postgres 13 lacks.
+	on := pgx.Identifier(strings.Split(table, ".")).Sanitize()
+	for _, sql := range []string{
+		`DROP TRIGGER IF EXISTS ` + tokensFunction + ` ON ` + on,
+		`CREATE TRIGGER ` + tokensFunction + ` AFTER INSERT OR UPDATE ON ` + on + ` FOR EACH ROW EXECUTE FUNCTION ` + tokensFunction + `()`,
+	} {
+		if _, err := db.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("oracle: record the tokens of %s: %w", table, err)
+		}
 	}
 	return nil
 }
@@ -182,17 +250,28 @@ func Load(ctx context.Context, conn interface {
 	if err != nil {
 		return h, fmt.Errorf("oracle: load grants: %w", err)
 	}
-	rows, err = conn.Query(ctx, `SELECT replica, token, at, true FROM `+sideEffectsTable+`
-		UNION ALL SELECT replica, token, at, false FROM `+rejectedTable+` ORDER BY 3`)
+	rows, err = conn.Query(ctx, `SELECT replica, token, call, at, true, fenced FROM `+sideEffectsTable+`
+		UNION ALL SELECT replica, token, call, at, false, true FROM `+rejectedTable+` ORDER BY 4`)
 	if err != nil {
 		return h, fmt.Errorf("oracle: load writes: %w", err)
 	}
 	h.Writes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Write, error) {
 		var w Write
-		return w, r.Scan(&w.Replica, &w.Token, &w.At, &w.Accepted)
+		return w, r.Scan(&w.Replica, &w.Token, &w.Call, &w.At, &w.Accepted, &w.Fenced)
 	})
 	if err != nil {
 		return h, fmt.Errorf("oracle: load writes: %w", err)
+	}
+	rows, err = conn.Query(ctx, `SELECT kind, holder, token, call, ret FROM `+tokensTable+` ORDER BY call, id`)
+	if err != nil {
+		return h, fmt.Errorf("oracle: load token operations: %w", err)
+	}
+	h.TokenOps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TokenOp, error) {
+		var op TokenOp
+		return op, r.Scan(&op.Kind, &op.Replica, &op.Token, &op.Call, &op.Return)
+	})
+	if err != nil {
+		return h, fmt.Errorf("oracle: load token operations: %w", err)
 	}
 	return h, nil
 }

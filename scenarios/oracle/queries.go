@@ -65,10 +65,13 @@ func AnyWork(ctx context.Context, db Querier) (bool, error) {
 
 // SideEffect makes the side-effect write of this replica's piece of work
 // under token, through tx: the leader's own transaction on the work
-// endpoint, which the fence checked first. Load reads the accepted writes
-// back from where they landed; Rejected logs the ones the fence refused.
-func (r *Recorder) SideEffect(ctx context.Context, tx Execer, token int64) error {
-	if _, err := tx.Exec(ctx, `INSERT INTO `+sideEffectsTable+` (replica, token) VALUES ($1, $2)`, r.replica, token); err != nil {
+// endpoint, which the fence checked first when fenced is true. The row
+// keeps the transaction's start and the instant it was written, from the
+// one statement, so the fence's check lies between them. Load reads the
+// accepted writes back from where they landed; Rejected logs the ones the
+// fence refused.
+func (r *Recorder) SideEffect(ctx context.Context, tx Execer, token int64, fenced bool) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+sideEffectsTable+` (replica, token, fenced) VALUES ($1, $2, $3)`, r.replica, token, fenced); err != nil {
 		return fmt.Errorf("oracle: side-effect write: %w", err)
 	}
 	return nil
