@@ -63,6 +63,7 @@ func commands() []command {
 		reproCommand(),
 		chaosCommand(),
 		failoverCommand(),
+		checkCommand(),
 		stackCommand(),
 		mutationCommand(),
 		versionCommand(),

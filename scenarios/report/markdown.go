@@ -42,6 +42,7 @@ func Markdown(r *scenarios.Report) string {
 	row("terms granted / leadership changes", fmt.Sprintf("%d / %d", m.Terms, m.LeadershipChanges))
 	row("side-effect writes accepted", fmt.Sprint(m.Writes))
 	row("stale writes accepted / rejected", fmt.Sprintf("%d / %d", m.StaleWrites.Accepted, m.StaleWrites.Rejected))
+	row("**fence**", fenceText(r))
 	if pids := r.BackendPIDs(); len(pids) > 0 {
 		var parts []string
 		for _, id := range slices.Sorted(maps.Keys(pids)) {
@@ -60,7 +61,23 @@ func Markdown(r *scenarios.Report) string {
 		verdict = "FAIL"
 	}
 	row("**verdict**", fmt.Sprintf("%s (expected %s): %s", verdict, r.Verdict.Expect, r.Verdict.Reason))
+	fmt.Fprintf(&b, "\nViews: [timeline.svg](timeline.svg)")
+	if m.Linearizability != nil {
+		fmt.Fprintf(&b, ", [%[1]s](%[1]s) (porcupine's view of the fence's grants, renewals and writes)", LinearizabilityView)
+	}
+	fmt.Fprintf(&b, ". `doublerun check report.json` recomputes every figure from the history.\n")
 	return b.String()
+}
+
+// fenceText is the linearizability check's verdict, or why there was none.
+func fenceText(r *scenarios.Report) string {
+	if l := r.Metrics.Linearizability; l != nil {
+		return fmt.Sprintf("%s ([view](%s))", l, LinearizabilityView)
+	}
+	if !slices.ContainsFunc(r.History.Writes, func(w oracle.Write) bool { return w.Fenced }) {
+		return "not checked for linearizability: no fenced side-effect write"
+	}
+	return "not checked for linearizability: the strategy's token table is unknown (scenarios.Strategy.TokenTable)"
 }
 
 // failoverText is a failover latency with where it is measured from, to

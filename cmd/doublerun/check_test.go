@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// saved is the directory of reports of real runs.
+var saved = filepath.Join("..", "..", "testdata", "reports")
+
+// Every figure of the saved reports recomputes from their histories: one
+// line per report, and a summary.
+func TestCheckRecomputesSavedReports(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := cli(t, nil, "check", saved)
+	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 5, stdout)
+	for _, l := range lines[:4] {
+		require.True(t, strings.HasPrefix(l, "ok      "), l)
+		require.Contains(t, l, "figures agree")
+		require.Contains(t, l, "fence linearizable yes")
+	}
+	require.Equal(t, "check: 4 agree, 0 differ, 0 refused", lines[4])
+	require.Contains(t, stdout, "fenced-transaction-freeze-leader/report.json: ")
+	require.Contains(t, stdout, "failover 2.093s, stale writes 0/1")
+}
+
+// A report whose figures do not follow from its history fails, and every
+// figure that differs is named with both values; the other reports still
+// pass.
+func TestCheckNamesWhatDiffers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rep := edited(t, dir, "issue-556", func(rep map[string]any) {
+		m := rep["metrics"].(map[string]any)
+		m["double_run"].(map[string]any)["total"] = json.Number("1.500")
+		m["linearizability"].(map[string]any)["operations"] = json.Number("3")
+		rep["verdict"].(map[string]any)["pass"] = false
+	})
+	ok := filepath.Join(saved, "fenced-transaction-freeze-leader", "report.json")
+	stdout, stderr, code := cli(t, nil, "check", rep, ok)
+	require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Contains(t, stdout, "DIFFERS "+rep+": 3 of ")
+	require.Contains(t, stdout, "        metrics.double_run.total: report 1.500, recomputed 2021.968\n")
+	require.Contains(t, stdout, "        metrics.linearizability.operations: report 3, recomputed 22\n")
+	require.Contains(t, stdout, "        verdict.pass: report false, recomputed true\n")
+	require.Contains(t, stdout, "ok      "+ok+": ")
+	require.Contains(t, stdout, "check: 1 agree, 1 differ, 0 refused\n")
+	require.Equal(t, "doublerun check: 1 report(s) differ and 0 refused; see the lines above\n", stderr)
+}
+
+// edited writes the saved report name to dir after change, and returns
+// its path.
+func edited(t *testing.T, dir, name string, change func(map[string]any)) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(saved, name, "report.json"))
+	require.NoError(t, err)
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.UseNumber()
+	var rep map[string]any
+	require.NoError(t, dec.Decode(&rep))
+	change(rep)
+	out, err := json.MarshalIndent(rep, "", "  ")
+	require.NoError(t, err)
+	f, err := os.CreateTemp(dir, name+"-*.json")
+	require.NoError(t, err)
+	_, err = f.Write(out)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return f.Name()
+}
+
+// What is not a report of this doublerun is refused with one line each,
+// never passed: a check that passed {} could not fail.
+func TestCheckRefusesWhatItDoesNotUnderstand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+		return p
+	}
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.Mkdir(empty, 0o755))
+	for _, tc := range []struct {
+		name string
+		path string
+		want string
+	}{
+		{"EmptyObject", write("empty.json", "{}"), `not a doublerun report: schema missing, this doublerun reads "doublerun.report/v2"`},
+		{"NotJSON", write("text.json", "PASS issue-556"), "not a doublerun report: invalid character 'P' looking for beginning of value"},
+		{"AnArray", write("array.json", "[]"), "not a doublerun report: json: cannot unmarshal array"},
+		{"AnOlderSchema", edited(t, dir, "issue-556", func(r map[string]any) { r["schema"] = "doublerun.report/v1" }),
+			`not a doublerun report: schema "doublerun.report/v1", this doublerun reads "doublerun.report/v2"`},
+		{"NoMetrics", edited(t, dir, "issue-556", func(r map[string]any) { delete(r, "metrics") }), `not a doublerun report: it has no "metrics"`},
+		{"NoHistory", edited(t, dir, "issue-556", func(r map[string]any) { delete(r, "history") }), `not a doublerun report: it has no "history"`},
+		{"AnUnknownField", edited(t, dir, "issue-556", func(r map[string]any) {
+			r["metrics"].(map[string]any)["triple_run"] = 0
+		}), `not a doublerun report this doublerun understands: json: unknown field "triple_run"`},
+		{"SomethingAfterIt", write("two.json", mustRead(t, filepath.Join(saved, "issue-556", "report.json"))+"{}"), "not a doublerun report: invalid character '{' after top-level value"},
+		{"NoSuchFile", filepath.Join(dir, "missing.json"), "no such file or directory"},
+		{"ADirectoryWithNoReport", empty, "no report.json under it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := cli(t, nil, "check", tc.path)
+			require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			require.Equal(t, "REFUSED "+tc.path+": ", stdout[:min(len(stdout), len("REFUSED "+tc.path+": "))], stdout)
+			first, _, _ := strings.Cut(stdout, "\n")
+			require.Contains(t, first, tc.want)
+			require.Equal(t, "check: 0 agree, 0 differ, 1 refused", strings.Split(stdout, "\n")[1])
+		})
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return string(data)
+}
+
+// No report named is a usage error.
+func TestCheckWithoutReportsIsAUsageError(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := cli(t, nil, "check")
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.True(t, strings.HasPrefix(stderr, "doublerun check: check needs report.json files or directories holding them, such as reports/chaos\n\nUsage: doublerun check"), stderr)
+	_, stderr, code = cli(t, nil, "check", "--strict", saved)
+	require.Equal(t, 2, code)
+	require.True(t, strings.HasPrefix(stderr, "doublerun check: unknown flag --strict"), stderr)
+}
