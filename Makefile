@@ -18,11 +18,18 @@ all: lint build test
 build:
 	$(GO) build -o bin/doublerun ./cmd/doublerun
 
+# The tests that produce reports keep them here (scenarios/report/reporttest),
+# and make test then recomputes every figure of each with doublerun check.
+export DOUBLERUN_TEST_REPORTS ?= $(CURDIR)/reports/test
+
 ## test: every test, race detector on, nothing cached. The stack route is
-## picked (and images built or packages installed) once, up front.
+## picked (and images built or packages installed) once, up front. Then
+## every report the tests wrote is checked: each figure recomputed from
+## its history.
 test:
 	$(GO) run ./scenarios/stack/internal/prepare
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	$(GO) run ./cmd/doublerun check $(DOUBLERUN_TEST_REPORTS)
 
 ## test-stack: the stack, pgbouncer and CLI tests only.
 test-stack:

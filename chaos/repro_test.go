@@ -15,6 +15,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -46,6 +47,7 @@ func reproduce(t *testing.T, sc scenarios.Scenario, broken func(*scenarios.Repor
 	rep, err := scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: stacktest.Shared(t), OutDir: out})
 	require.NoError(t, err, "the reproduction could not run")
 	require.NoError(t, report.Write(out, rep))
+	reporttest.Check(t, filepath.Join(out, filepath.FromSlash(sc.Name), "report.json"))
 	require.NotEmpty(t, rep.History.Intervals, "no replica ever led")
 	if bad, why := broken(rep); bad {
 		t.Errorf("REPRODUCED: %s\n%s\nreport: %s", why, report.Line(rep), filepath.Join(out, filepath.FromSlash(sc.Name), "report.md"))

@@ -14,6 +14,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
@@ -71,6 +72,7 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 			dumpRun(t, rep)
 		}
 	})
+	reporttest.Save(t, rep)
 	for _, r := range rep.Replicas {
 		require.NotContains(t, r.Exit, "exit status", "replica %s failed on its own; log %s", r.ID, r.Log)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/doublerun/doublerun/mutation"
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 )
 
 // noStack makes any stack the CLI tries to start fail at once (exit 1),
@@ -225,6 +226,7 @@ func TestRunWithReplicas(t *testing.T) {
 	}
 	require.Len(t, pids, 4, "four processes")
 	require.NoError(t, rep.Verdict.Err(), "issue 556 reproduces with 4 replicas too")
+	reporttest.Keep(t, out)
 }
 
 func TestChaosWithReplicas(t *testing.T) {
@@ -240,6 +242,7 @@ func TestChaosWithReplicas(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &rep))
 	require.Equal(t, 3, rep.Scenario.Replicas)
 	require.Len(t, rep.Replicas, 3)
+	reporttest.Keep(t, out)
 }
 
 // Ctrl-C during a run exits 130 with one line, and everything the run
