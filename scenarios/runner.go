@@ -317,6 +317,7 @@ func (r *run) connectOracle(ctx context.Context) error {
 				return fmt.Errorf("strategy %s setup: %w", r.sc.Strategy, err)
 			}
 		}
+		// Caught by TestReportFilesRoundTrip.
 		if strategy.TokenTable != "" {
 			return oracle.RecordTokens(ctx, c.Conn(), strategy.TokenTable)
 		}

@@ -171,6 +171,12 @@ func TestRunRejectsBadScenarios(t *testing.T) {
 	require.ErrorContains(t, err, `unknown scenario "issue-557"; valid: advisory-direct, `)
 }
 
+// fenceReasons are the reasons a verdict gives for the fence's check.
+var fenceReasons = map[string]string{
+	"NoLegalOrderFailsWhateverTheWindowsSay": "the fence's history is not linearizable: its 9 grants, renewals and fenced writes have no legal order (see linearizability.html)",
+	"AnUnfinishedCheckFails":                 "the linearizability check of the fence's 9 operations did not finish in time: the fence is unproven",
+}
+
 func TestJudgeFailsInEitherDirection(t *testing.T) {
 	t.Parallel()
 	double := oracle.Metrics{DoubleRun: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}
@@ -210,6 +216,9 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 			t.Parallel()
 			v := Judge(tc.expect, tc.m, tc.pieces)
 			require.Equal(t, tc.pass, v.Pass, v.Reason)
+			if why, ok := fenceReasons[tc.name]; ok {
+				require.Equal(t, why, v.Reason)
+			}
 			require.NotEmpty(t, v.Reason)
 		})
 	}

@@ -44,6 +44,7 @@ func Judge(expect Expectation, m oracle.Metrics, pieces int) Verdict {
 		// TestJudgeFailsInEitherDirection/NoLegalOrderFailsWhateverTheWindowsSay.
 		v.Reason = fmt.Sprintf("the fence's history is not linearizable: its %d grants, renewals and fenced writes have no legal order (see linearizability.html)", lin.Operations)
 	case lin != nil && !lin.Holds():
+		// Caught by TestJudgeFailsInEitherDirection/AnUnfinishedCheckFails.
 		v.Reason = fmt.Sprintf("the linearizability check of the fence's %d operations did not finish in time: the fence is unproven", lin.Operations)
 	case expect == ExpectSafe:
 		v.Pass = dr.Episodes == 0 && m.StaleWrites.Accepted == 0

@@ -104,22 +104,24 @@ var fenceModel = porcupine.Model{
 	Init: func() any { return int64(0) },
 	Step: func(state, input, output any) (bool, any) {
 		newest, op, took := state.(int64), input.(fenceOp), output.(bool)
+		// A grant must raise the token. Caught by
+		// TestFenceCheck/TwoGrantsOfOneTokenFail.
 		if op.grant {
-			// A grant must raise the token. Caught by
-			// TestFenceCheck/TwoGrantsOfOneTokenFail.
 			return op.token > newest, op.token
 		}
-		if op.write && !took {
-			// The fence refuses exactly the writes under another token
-			// than the newest. Caught by
-			// TestFenceCheck/ARejectedWriteThatWasCurrentFails.
-			return op.token != newest, newest
+		// A renewal holds only under the newest token. Caught by
+		// TestFenceCheck/ARenewalAfterANewerGrantCompletedFails.
+		if !op.write {
+			return op.token == newest, newest
 		}
-		// A renewal, or an accepted write, holds only under the newest
-		// token. Caught by
-		// TestFenceCheck/AWriteAcceptedAfterANewerGrantCompletedFails
-		// and TestFenceCheck/ARenewalAfterANewerGrantCompletedFails.
-		return op.token == newest, newest
+		// The fence accepts a write only under the newest token. Caught
+		// by TestFenceCheck/AWriteAcceptedAfterANewerGrantCompletedFails.
+		if took {
+			return op.token == newest, newest
+		}
+		// It refuses exactly the writes under another token. Caught by
+		// TestFenceCheck/ARejectedWriteThatWasCurrentFails.
+		return op.token != newest, newest
 	},
 	DescribeOperation: func(input, output any) string {
 		op, took := input.(fenceOp), output.(bool)
@@ -155,6 +157,7 @@ func fenceOperations(h History) ([]porcupine.Operation, map[string]int, time.Tim
 			writes = append(writes, w)
 		}
 	}
+	// Caught by TestFenceCheckNeedsFencedWritesAndTokens.
 	if len(writes) == 0 || len(h.TokenOps) == 0 {
 		return nil, nil, time.Time{}
 	}

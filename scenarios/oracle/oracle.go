@@ -26,7 +26,8 @@ const (
 // The tables, as constants so that the mutation gate, which never mutates
 // a constant, does not count their concatenations as untested code. A
 // write's call and at are transaction_timestamp() and clock_timestamp()
-// of the one statement that makes it: the fence ran between them.
+// of the one statement that makes it: the fence ran between them. Caught
+// by TestWriteIntervals.
 const (
 	workDDL = `CREATE TABLE IF NOT EXISTS ` + workTable + ` (
 		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, backend_pid int NOT NULL DEFAULT 0,
@@ -50,8 +51,10 @@ const (
 	// table. It runs inside the statement that changed the row, so
 	// statement_timestamp() is when the server received that statement
 	// and clock_timestamp() is after the row was changed, and it commits
-	// or rolls back with it. A changed token is a grant, a kept one a
-	// renewal; see fence.go.
+	// or rolls back with it. Caught by
+	// TestAFencedWriteHoldsOffTheGrantInTheHistory. A changed token is a
+	// grant, a kept one a renewal (see fence.go). Caught by
+	// TestRecordTokens.
 	tokensFunctionDDL = `CREATE OR REPLACE FUNCTION ` + tokensFunction + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
 	row_now jsonb := to_jsonb(NEW);
