@@ -53,17 +53,22 @@
 //	                       of several backends; a run with neither fails)
 //
 // A run whose measurements disagree with its expectation fails, in either
-// direction; a run in which no replica ever led fails too. [Verdict] is the
+// direction; a run in which no replica ever led fails too, and so does one
+// whose fence's history is not linearizable, whatever its expectation
+// (package oracle, fence.go): the grants and renewals the server recorded
+// in the strategy's token table (Strategy.TokenTable) and the fenced
+// side-effect writes must have a legal order. [Verdict] is the
 // one result type: a run's, a matrix cell's and a matrix's (package
 // report) and the #556 reproduction's; its Err is what the CLI returns.
 //
-// # Report (schema doublerun.report/v1)
+// # Report (schema doublerun.report/v2)
 //
 // [Run] returns the [Report] as data and writes no file: package report
-// writes report.json, report.md and timeline.svg, beside the replicas'
+// writes report.json, report.md, timeline.svg and, when the fence was
+// checked, linearizability.html (porcupine's view), beside the replicas'
 // logs under RunOptions.OutDir. The JSON object has:
 //
-//	schema              "doublerun.report/v1"
+//	schema              "doublerun.report/v2"
 //	scenario            the Scenario, durations in nanoseconds
 //	stack               provider, lease and work endpoints, the lease
 //	                    endpoint check (lease.CheckEndpoint), PgBouncer version,
@@ -73,6 +78,7 @@
 //	began, wall_ms      when the run began and how long it took
 //	gap_tolerance_ms    the leaderless window's tolerance
 //	orphan_tolerance_ms the orphaned-lock window's tolerance
+//	check_timeout_ms    the bound on the linearizability check
 //	replicas[]          id, pid, exit, log path
 //	metrics             oracle.Metrics: double_run and leaderless
 //	                    {episodes, total, longest (ms), spans[]},
@@ -85,16 +91,24 @@
 //	                    orphaned {episodes, total, longest, spans[],
 //	                    orphans[] {start, end, backend_pid, after, cause,
 //	                    client_linked_ms, reentered_by}, reentries,
-//	                    left_held[]}
+//	                    left_held[]}, linearizability {linearizable ("yes",
+//	                    "no" or "unknown"), operations, checked_in_ms}
+//	                    (absent when the run was not checked)
 //	verdict             expect, pass, reason
 //	history             the raw oracle.History: start, end, intervals[]
 //	                    {replica, token, start, end, open, backend_pid},
-//	                    grants[], writes[], events[] (lock-claim events
-//	                    among them), locks[] {at, held[] {pid,
-//	                    client_linked}}
+//	                    grants[] {replica, token, at}, writes[] {replica,
+//	                    token, call, at, accepted, fenced}, events[]
+//	                    (lock-claim events among them), locks[] {at,
+//	                    held[] {pid, client_linked}}: every lock sample
+//	                    that differs from the one before it and the last
+//	                    one before each change, token_ops[] {kind ("grant"
+//	                    or "renewal"), replica, token, call, return}
 //
-// oracle.Analyze(report.history, oracle.Options{GapTolerance: gap_tolerance_ms,
-// OrphanTolerance: orphan_tolerance_ms}) recomputes every figure in metrics.
+// oracle.Analyze(report.history, report.Analysis()) recomputes every
+// figure in metrics, and Judge the verdict; `doublerun check` does both
+// for saved reports and prints any figure that differs. Only
+// linearizability.checked_in_ms is not determined by the history.
 //
 // # The orphaned-lock window
 //

@@ -26,13 +26,22 @@
 //	    under a term granted after it.
 //	  - A stale write is a side-effect write accepted under a token older than
 //	    the newest granted at that moment; a rejected one is the fence working.
+//	  - The fence is checked for linearizability (porcupine): the grants,
+//	    renewals and fenced writes, each with its invocation and completion
+//	    on the server's clock, must have a legal order. See "The fence,
+//	    checked for linearizability" below and fence.go.
 //	  - The orphaned-lock window is the time the lease's advisory lock stayed
 //	    on a backend after the replica that held it there let go or died,
 //	    from the runner's samples of pg_locks ([LockSample]) and the
 //	    replicas' claims ([EventLockClaim]); a replica that ends such a
 //	    stretch by claiming that backend re-entered the lock. See locks.go.
 //
-// Reports carry the raw History, so anyone can recompute the figures.
+// Reports carry the raw History, every sample a figure comes from
+// included (the lock samples: time, backend, and the bouncer's client
+// link where there is one), so anyone can recompute the figures:
+// `doublerun check` does it with this package, and
+// scenarios/report/reporttest with code of its own, for every report the
+// tests write.
 //
 // A wrong window is a wrong verdict, so the windows are checked against
 // brute force (a count of working replicas per millisecond over random
@@ -42,10 +51,77 @@
 // testdata/mutation/oracle.guards.json.
 // Those tests need no server: the figures are arithmetic over a History.
 //
+// # The fence, checked for linearizability
+//
+// The stale-write count compares each write's instant with the grants'
+// instants: a sequential check on points, while two statements running at
+// once in Postgres do not take effect in the order of their
+// clock_timestamp()s. So the fence is also checked the way etcd's
+// robustness tests and Jepsen check a store: each operation has an
+// invocation and a completion, and porcupine looks for one order of them,
+// each placed inside its own interval, that a sequential model allows:
+//
+//	state      the newest token granted (0: never granted)
+//	grant t    legal only if t > state; state becomes t
+//	renewal t  legal only if t == state; state stays
+//	write t    accepted: legal only if t == state; rejected: only if t != state
+//
+// A history with no such order fails the run's verdict whatever the
+// windows say; so does a check that did not finish within
+// DefaultCheckTimeout (10 s), which proves nothing. report.md says
+// "linearizable: yes, N operations, checked in X" and links porcupine's
+// HTML view, linearizability.html, beside timeline.svg.
+//
+// Where the intervals come from, all on the server's clock:
+//
+//   - Grants and renewals: RecordTokens attaches a trigger to the
+//     strategy's token table (scenarios.Strategy.TokenTable). It runs
+//     inside the statement that changed the row and commits with it:
+//     call is statement_timestamp(), when the server received the
+//     statement; return is clock_timestamp(), after the row changed. A
+//     changed token is a grant, a kept one a renewal.
+//   - Writes: the side-effect row records transaction_timestamp() and
+//     clock_timestamp() of its one INSERT; the fence's check ran between
+//     them. A refusal reads the same two in its own transaction.
+//
+// Why each interval holds the instant the operation took effect: the
+// fence reads the token row FOR KEY SHARE and holds it to commit, and a
+// grant changes the token, a key column, so it waits for every fenced
+// write that read the old token, and a fenced write waits for a grant in
+// progress. Take each operation's instant to be when it got the row:
+// inside the grant's interval (the trigger runs after it), inside the
+// write's (the fence ran after the transaction began and before the
+// INSERT), and no other recorded operation sees the row between a grant
+// getting it and the grant committing. Those instants order the history
+// as the server did, so a fence that works always has a legal order.
+//
+// Renewals map to reads. lease.Fenced renews with UPDATE ... WHERE
+// holder = $2 AND token = $3: it changes a row only while its token is
+// the newest, and the trigger records only statements that changed a
+// row, so a recorded renewal says the token was the newest at some
+// instant inside it; it leaves the token as it was (the renewal's row
+// lock does not even conflict with the fence's), so it must not move the
+// state. A renewal of token t is therefore legal exactly when t == state,
+// and changes nothing: a renewal recorded after a newer grant completed
+// is a deposed holder told it still leads. The release, which expires
+// the term at once, is the same kind of statement and maps the same way.
+// A renewal that changed no row is not recorded; it says only that the
+// token was not the newest, which the next grant says better.
+//
+// A refusal whose transaction broke before its times were read is logged
+// when the oracle learns of it, later than it happened. That cannot
+// change the answer: a writer holds token t only after t was granted, so
+// at its refusal the state was above t, and tokens only rise.
+//
+// Only fenced writes count (a write no fence checked says nothing of
+// it), and only runs whose strategy names its token table are checked:
+// without the grants every accepted write would look illegal.
+//
 // # The oracle owns its tables
 //
 // No other package names the oracle's tables: replicas log through a
 // [Recorder] (their side-effect write too, [Recorder.SideEffect]), the
 // runner and the faults ask [LatestWork], [WorkBegun] and [AnyWork], and
-// [Load] reads a run back.
+// [Load] reads a run back; [RecordTokens] has the server record a
+// lease's token table.
 package oracle

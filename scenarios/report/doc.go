@@ -1,5 +1,8 @@
 // Package report is where a run's measurements become something to read:
 // report.json, report.md and timeline.svg per run (Write, Markdown, SVG),
+// and linearizability.html, porcupine's view of the fence, when the run's
+// fence was checked; Recompute, which `doublerun check` runs, reads a
+// report.json back strictly and recomputes every figure from its history;
 // the progress line (Line), the chaos matrix's summary table (Cell,
 // Summary, WriteSummary) and the #556 reproduction's text (Repro556).
 //
