@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/lease"
@@ -20,9 +21,7 @@ func TestMain(m *testing.M) { stacktest.Main(m) }
 func TestQueries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := stacktest.NewDB(t)
-	conn := stacktest.Connect(t, db.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, conn))
+	db, conn := oracleDB(t)
 	start := time.Now().Add(-time.Minute)
 
 	_, _, err := oracle.LatestWork(ctx, conn)
@@ -82,6 +81,26 @@ func TestQueries(t *testing.T) {
 	require.Equal(t, oracle.Write{Replica: "r2", Token: 2, Call: h.Writes[0].Call, At: h.Writes[0].At, Accepted: true, Fenced: true}, h.Writes[0])
 }
 
+// oracleDB is a database of the test's own with the oracle's tables, and
+// a direct connection to it.
+func oracleDB(t *testing.T) (stacktest.DB, *pgx.Conn) {
+	t.Helper()
+	db := stacktest.NewDB(t)
+	conn := stacktest.Connect(t, db.Postgres)
+	require.NoError(t, oracle.Migrate(context.Background(), conn))
+	return db, conn
+}
+
+// fencedLease is lease l of table leases, closed when t ends.
+func fencedLease(t *testing.T, cfg lease.FencedConfig) *lease.Fenced {
+	t.Helper()
+	cfg.Table, cfg.Name = "leases", "l"
+	l, err := lease.NewFenced(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	return l
+}
+
 func recorder(t *testing.T, dsn, replica string) *oracle.Recorder {
 	t.Helper()
 	rec, err := oracle.NewRecorder(context.Background(), dsn, replica)
@@ -97,9 +116,7 @@ func recorder(t *testing.T, dsn, replica string) *oracle.Recorder {
 func TestWriteIntervals(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := stacktest.NewDB(t)
-	conn := stacktest.Connect(t, db.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, conn))
+	db, conn := oracleDB(t)
 	rec := recorder(t, db.Postgres.DSN, "r1")
 	work := stacktest.Connect(t, db.Transaction)
 	clock := func() time.Time {
@@ -154,21 +171,14 @@ func TestWriteIntervals(t *testing.T) {
 func TestRecordTokens(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := stacktest.NewDB(t)
-	conn := stacktest.Connect(t, db.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, conn))
+	db, conn := oracleDB(t)
 	start := time.Now()
 
 	require.NoError(t, lease.MigrateFenced(ctx, conn, "leases"))
 	require.NoError(t, oracle.RecordTokens(ctx, conn, "leases"))
 	require.NoError(t, oracle.RecordTokens(ctx, conn, "leases"), "again: it replaces its trigger")
-	newLease := func(holder string) *lease.Fenced {
-		l, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: db.Transaction.DSN, Table: "leases", Name: "l", Holder: holder, TTL: time.Minute})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = l.Close(context.Background()) })
-		return l
-	}
-	a, b := newLease("a"), newLease("b")
+	a := fencedLease(t, lease.FencedConfig{DSN: db.Transaction.DSN, Holder: "a", TTL: time.Minute})
+	b := fencedLease(t, lease.FencedConfig{DSN: db.Transaction.DSN, Holder: "b", TTL: time.Minute})
 	for _, want := range []lease.Status{lease.Leader, lease.Leader} { // a grant, then a renewal
 		res, err := a.TryAcquire(ctx)
 		require.NoError(t, err)
@@ -226,20 +236,12 @@ func TestAFencedWriteHoldsOffTheGrantInTheHistory(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := stacktest.NewDB(t)
-	conn := stacktest.Connect(t, db.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, conn))
+	db, conn := oracleDB(t)
 	require.NoError(t, lease.MigrateFenced(ctx, conn, "leases"))
 	require.NoError(t, oracle.RecordTokens(ctx, conn, "leases"))
 	start := time.Now()
-	newLease := func(holder string) *lease.Fenced {
-		l, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: db.Postgres.DSN, Table: "leases", Name: "l", Holder: holder,
-			TTL: time.Second, ApplicationName: "holdoff-" + holder})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = l.Close(context.Background()) })
-		return l
-	}
-	a, b := newLease("a"), newLease("b")
+	a := fencedLease(t, lease.FencedConfig{DSN: db.Postgres.DSN, Holder: "a", TTL: time.Second, ApplicationName: "holdoff-a"})
+	b := fencedLease(t, lease.FencedConfig{DSN: db.Postgres.DSN, Holder: "b", TTL: time.Second, ApplicationName: "holdoff-b"})
 	old, err := a.TryAcquire(ctx)
 	require.NoError(t, err)
 	require.Equal(t, lease.Leader, old.Status)
@@ -304,9 +306,7 @@ func waitFor(ctx context.Context, cond func() bool) error {
 func TestLoadReadsTheRunBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := stacktest.NewDB(t)
-	conn := stacktest.Connect(t, db.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, conn))
+	db, conn := oracleDB(t)
 	r1, r2 := recorder(t, db.Postgres.DSN, "r1"), recorder(t, db.Postgres.DSN, "r2")
 	start, err := oracle.LogEvent(ctx, conn, oracle.EventMeasureStart, "", "")
 	require.NoError(t, err)
@@ -353,9 +353,7 @@ func TestLoadReadsTheRunBack(t *testing.T) {
 	require.Equal(t, oracle.Interval{Replica: "r2", Token: 2, Start: working.Start, End: end, Open: true}, working)
 
 	// A first claim that does not parse names no lock.
-	other := stacktest.NewDB(t)
-	oconn := stacktest.Connect(t, other.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, oconn))
+	other, oconn := oracleDB(t)
 	require.NoError(t, recorder(t, other.Postgres.DSN, "r1").Event(ctx, oracle.EventLockClaim, "backend x"))
 	_, _, _, err = oracle.ClaimedLock(ctx, oconn)
 	require.ErrorContains(t, err, `oracle: lock claim "backend x"`)
