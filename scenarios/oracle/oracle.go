@@ -23,39 +23,40 @@ const (
 	tokensFunction   = "doublerun_oracle_token_op"
 )
 
-// The tables, as constants so that the mutation gate, which never mutates
-// a constant, does not count their concatenations as untested code. A
-// write's call and at are transaction_timestamp() and clock_timestamp()
+// schema is the oracle's tables and the function RecordTokens attaches to
+// a lease's token table, with {names} that Migrate fills in (a
+// concatenation outside a function would be a mutant no test runs).
+//
+// A write's call and at are transaction_timestamp() and clock_timestamp()
 // of the one statement that makes it: the fence ran between them. Caught
 // by TestWriteIntervals.
-const (
-	workDDL = `CREATE TABLE IF NOT EXISTS ` + workTable + ` (
+//
+// The trigger function runs inside the statement that changed the row,
+// so statement_timestamp() is when the server received that statement
+// and clock_timestamp() is after the row was changed, and it commits or
+// rolls back with it. Caught by
+// TestAFencedWriteHoldsOffTheGrantInTheHistory. A changed token is a
+// grant, a kept one a renewal (see fence.go). Caught by TestRecordTokens.
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS {work} (
 		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, backend_pid int NOT NULL DEFAULT 0,
-		started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz)`
-	grantsDDL = `CREATE TABLE IF NOT EXISTS ` + grantsTable + ` (
+		started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz)`,
+	`CREATE TABLE IF NOT EXISTS {grants} (
 		replica text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(),
-		PRIMARY KEY (replica, token))`
-	eventsDDL = `CREATE TABLE IF NOT EXISTS ` + eventsTable + ` (
+		PRIMARY KEY (replica, token))`,
+	`CREATE TABLE IF NOT EXISTS {events} (
 		id bigserial PRIMARY KEY, kind text NOT NULL, replica text NOT NULL DEFAULT '', detail text NOT NULL DEFAULT '',
-		at timestamptz NOT NULL DEFAULT clock_timestamp())`
-	rejectedDDL = `CREATE TABLE IF NOT EXISTS ` + rejectedTable + ` (
+		at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+	`CREATE TABLE IF NOT EXISTS {rejected} (
 		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL,
-		call timestamptz NOT NULL DEFAULT clock_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`
-	sideEffectsDDL = `CREATE TABLE IF NOT EXISTS ` + sideEffectsTable + ` (
+		call timestamptz NOT NULL DEFAULT clock_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+	`CREATE TABLE IF NOT EXISTS {side_effects} (
 		id bigserial PRIMARY KEY, replica text NOT NULL, token bigint NOT NULL, fenced boolean NOT NULL,
-		call timestamptz NOT NULL DEFAULT transaction_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`
-	tokensDDL = `CREATE TABLE IF NOT EXISTS ` + tokensTable + ` (
+		call timestamptz NOT NULL DEFAULT transaction_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+	`CREATE TABLE IF NOT EXISTS {tokens} (
 		id bigserial PRIMARY KEY, kind text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
-		call timestamptz NOT NULL, ret timestamptz NOT NULL)`
-	// The trigger function RecordTokens attaches to a lease's token
-	// table. It runs inside the statement that changed the row, so
-	// statement_timestamp() is when the server received that statement
-	// and clock_timestamp() is after the row was changed, and it commits
-	// or rolls back with it. Caught by
-	// TestAFencedWriteHoldsOffTheGrantInTheHistory. A changed token is a
-	// grant, a kept one a renewal (see fence.go). Caught by
-	// TestRecordTokens.
-	tokensFunctionDDL = `CREATE OR REPLACE FUNCTION ` + tokensFunction + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+		call timestamptz NOT NULL, ret timestamptz NOT NULL)`,
+	`CREATE OR REPLACE FUNCTION {token_op}() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
 	row_now jsonb := to_jsonb(NEW);
 	token_before bigint;
@@ -63,20 +64,22 @@ BEGIN
 	IF TG_OP = 'UPDATE' THEN
 		token_before := (to_jsonb(OLD) ->> 'token')::bigint;
 	END IF;
-	INSERT INTO ` + tokensTable + ` (kind, holder, token, call, ret) VALUES (
-		CASE WHEN token_before IS NOT DISTINCT FROM (row_now ->> 'token')::bigint THEN '` + TokenRenewal + `' ELSE '` + TokenGrant + `' END,
+	INSERT INTO {tokens} (kind, holder, token, call, ret) VALUES (
+		CASE WHEN token_before IS NOT DISTINCT FROM (row_now ->> 'token')::bigint THEN '{renewal}' ELSE '{grant}' END,
 		coalesce(row_now ->> 'holder', ''), (row_now ->> 'token')::bigint, statement_timestamp(), clock_timestamp());
 	RETURN NULL;
 END
-$fn$`
-)
+$fn$`,
+}
 
-var schema = []string{workDDL, grantsDDL, eventsDDL, rejectedDDL, sideEffectsDDL, tokensDDL, tokensFunctionDDL}
+var schemaNames = strings.NewReplacer("{work}", workTable, "{grants}", grantsTable, "{events}", eventsTable,
+	"{rejected}", rejectedTable, "{side_effects}", sideEffectsTable, "{tokens}", tokensTable, "{token_op}", tokensFunction,
+	"{renewal}", TokenRenewal, "{grant}", TokenGrant)
 
 // Migrate creates the oracle's tables. Run it on a direct connection.
 func Migrate(ctx context.Context, conn *pgx.Conn) error {
 	for _, ddl := range schema {
-		if _, err := conn.Exec(ctx, ddl); err != nil {
+		if _, err := conn.Exec(ctx, schemaNames.Replace(ddl)); err != nil {
 			return fmt.Errorf("oracle: migrate: %w", err)
 		}
 	}
