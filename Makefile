@@ -6,10 +6,11 @@ PKGS     ?= ./...
 # Packages whose tests are about the stack itself; CI runs them once per
 # provider.
 STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
-# -p 1: one package at a time. Each package's tests start servers and time
-# failovers and takeovers; two packages at once on two cores (with Docker
-# on fuse-overlayfs) stretched those timings past their bounds in CI.
-TEST_FLAGS ?= -race -count=1 -timeout 30m -p 1
+# -p 4: four test binaries at once. Most of a package's time is spent
+# waiting on servers and on scenarios that run for seconds, so on two cores
+# four packages at once keep the CPU busy; the tests bound no time they do
+# not take from a measured distribution, and wait on events otherwise.
+TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4
 
 .PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-guards chaos failover repro-backend-loss repro-paused-holder
 
@@ -19,15 +20,15 @@ build:
 	$(GO) build -o bin/doublerun ./cmd/doublerun
 
 ## test: every test, race detector on, nothing cached. The stack route is
-## picked (and images built or packages installed) once, up front.
+## picked (and images built or packages installed) once, up front, and one
+## stack is shared by every test binary (scenarios/stack/internal/prepare);
+## tests of the providers and tests that restart servers start their own.
 test:
-	$(GO) run ./scenarios/stack/internal/prepare
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+	$(GO) run ./scenarios/stack/internal/prepare -- $(GO) test $(TEST_FLAGS) $(PKGS)
 
 ## test-stack: the stack, pgbouncer and CLI tests only.
 test-stack:
-	$(GO) run ./scenarios/stack/internal/prepare
-	$(GO) test $(TEST_FLAGS) $(STACK_PKGS)
+	$(GO) run ./scenarios/stack/internal/prepare -- $(GO) test $(TEST_FLAGS) $(STACK_PKGS)
 
 BENCH_FLAGS ?=
 ## bench: the worker's throughput, jobs/s and jobs per CPU-second, for batch

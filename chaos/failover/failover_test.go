@@ -92,9 +92,13 @@ func TestRunMeasuresEveryFault(t *testing.T) {
 		require.Equal(t, 2, c.Stats.N, c.Line())
 		require.Positive(t, c.Stats.P50, c.Line())
 		if c.Strategy == failover.AdvisoryWait && c.Fault != failover.TerminateLeaderBackend {
-			// The server wakes the waiting survivor; a poll would take
-			// up to 100ms. Generous for a loaded machine.
-			require.Less(t, c.Stats.Max, 100*time.Millisecond, c.Line())
+			// The server hands the lease to the survivor waiting in
+			// pg_advisory_lock: its new term comes from a call already
+			// under way at the fault, not from a later poll. (A bound
+			// on time could not tell the two apart on a loaded host.)
+			// Between two waits the survivor is off the lock for a
+			// moment, so one trial of two may land there.
+			require.GreaterOrEqual(t, c.Woken, 1, c.Line())
 		}
 	}
 	table := failover.Table(cells)

@@ -92,6 +92,9 @@ type Cell struct {
 	Fault    string          `json:"fault"`
 	Samples  []time.Duration `json:"samples_ns"`
 	Stats    Stats           `json:"stats"`
+	// Woken counts the trials whose new leader came from a call already
+	// under way at the fault (Outcome.Woken).
+	Woken int `json:"woken"`
 }
 
 // Stats sums up a cell's samples.
@@ -150,14 +153,17 @@ func Run(ctx context.Context, cfg Config) ([]Cell, error) {
 					key++
 					spec := Spec{Strategy: strategy, DSN: ep.DSN, Key: key, TTL: cfg.TTL, Poll: cfg.Poll,
 						Name: fmt.Sprintf("failover-%s-%s-%s-%d", ep.Name, strategy, strings.ToLower(fault), i)}
-					d, err := Trial(ctx, admin, spec, fault)
+					o, err := Trial(ctx, admin, spec, fault)
 					if err != nil {
 						if ctx.Err() != nil {
 							return cells, ctx.Err()
 						}
 						return cells, fmt.Errorf("%s/%s/%s trial %d: %w", ep.Name, strategy, fault, i+1, err)
 					}
-					c.Samples = append(c.Samples, d)
+					c.Samples = append(c.Samples, o.Latency)
+					if o.Woken {
+						c.Woken++
+					}
 				}
 				c.Stats = Summarize(c.Samples)
 				cells = append(cells, c)

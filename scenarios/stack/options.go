@@ -34,6 +34,19 @@ const (
 	EnvSessionAdminDSN     = "DOUBLERUN_SESSION_ADMIN_DSN"
 	EnvTransactionDSN      = "DOUBLERUN_TRANSACTION_DSN"
 	EnvTransactionAdminDSN = "DOUBLERUN_TRANSACTION_ADMIN_DSN"
+
+	// EnvDockerNetwork and EnvDockerPgBouncerImage come with the DSNs of a
+	// docker stack (Stack.Env): an external stack built from them adds its
+	// bouncers as containers of that image on that network, beside the
+	// stack's own, instead of as local processes.
+	EnvDockerNetwork        = "DOUBLERUN_DOCKER_NETWORK"
+	EnvDockerPgBouncerImage = "DOUBLERUN_DOCKER_PGBOUNCER_IMAGE"
+
+	// EnvSharedStack, set to 1 beside a stack's DSNs, says that they name
+	// one stack shared by a whole test run (`make test`): stacktest.Shared
+	// reaches it through the external provider, while tests that start a
+	// stack of their own, or test a provider, still use DOUBLERUN_PROVIDER.
+	EnvSharedStack = "DOUBLERUN_SHARED_STACK"
 )
 
 // Options configure Start. Zero values take the defaults noted per field.

@@ -161,12 +161,15 @@ func TestExternalProviderReadsExportedDSNs(t *testing.T) {
 	require.ErrorIs(t, ext.RestartPostgres(context.Background()), ErrNotSupported)
 	require.ErrorIs(t, ext.RestartPgBouncer(context.Background(), TransactionName), ErrNotSupported)
 
-	// A bouncer added to an external stack runs locally, in front of the
-	// external Postgres, and goes away with the external stack.
+	// A bouncer added to an external stack runs in front of the external
+	// Postgres, from the same PgBouncer as the stack's own: beside them on
+	// a docker stack's network, else as a local process. It goes away with
+	// the external stack.
 	added, err := ext.AddPgBouncer(context.Background(), "added", pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: 2})
 	require.NoError(t, err)
 	require.Equal(t, pgbouncer.PoolTransaction, added.PoolMode)
 	require.Equal(t, 2, added.PoolSize)
+	require.Equal(t, s.Session().Version, added.Version, "the stack's own PgBouncer, not another")
 	conn := connect(t, added)
 	var db string
 	require.NoError(t, conn.QueryRow(context.Background(), "SELECT current_database()").Scan(&db))
@@ -192,6 +195,14 @@ func exported(t *testing.T, s *Stack) map[string]string {
 	return env
 }
 
+// localBouncers is env without the docker stack's network, so that an
+// external stack built from it adds its bouncers as local processes.
+func localBouncers(env map[string]string) map[string]string {
+	delete(env, EnvDockerNetwork)
+	delete(env, EnvDockerPgBouncerImage)
+	return env
+}
+
 func lookup(env map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 }
@@ -199,7 +210,7 @@ func lookup(env map[string]string) func(string) (string, bool) {
 func TestExternalProviderAddsBouncersOnlyWithAPgBouncerBinary(t *testing.T) {
 	t.Parallel()
 	s := sharedStack(t)
-	env := exported(t, s)
+	env := localBouncers(exported(t, s))
 	env[EnvPgBouncerBin] = filepath.Join(t.TempDir(), "no-pgbouncer")
 	ext, err := Start(context.Background(), Options{lookupEnv: lookup(env)})
 	require.NoError(t, err, "an external stack that adds no bouncer needs no pgbouncer binary")

@@ -1,20 +1,36 @@
 // Command prepare picks the route a doublerun stack takes on this machine
 // and prints it in one line, building local images or installing packages
-// on first use (stack.Prepare). `make test` runs it before `go test ./...`,
-// whose test binaries start their stacks in parallel and show their output
-// only when they fail.
+// on first use (stack.Prepare).
+//
+//	prepare                 prepare, print the route, exit
+//	prepare -- CMD ARGS...  also start one stack, run CMD with its DSNs and
+//	                        DOUBLERUN_SHARED_STACK=1 in the environment,
+//	                        then remove the stack; exit with CMD's status
+//
+// `make test` runs `prepare -- go test ./...`: the test binaries, which run
+// in parallel and show their output only when they fail, share that one
+// stack (stacktest.Shared) instead of starting one each, while the tests of
+// the providers and those that restart servers still start their own.
+// Ctrl-C and SIGTERM reach CMD, and the stack is removed after it exits; if
+// prepare itself is killed, the next stack started on the machine removes
+// this one (its servers carry prepare's PID as their owner).
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
@@ -22,18 +38,114 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	level := slog.LevelInfo
 	if os.Getenv("DOUBLERUN_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
 	log := slog.New(lineHandler{w: os.Stderr, level: level})
 	tclog.SetDefault(stdlog.New(io.Discard, "", 0)) // its banner is not the route
-	if err := stack.Prepare(ctx, stack.Options{Logger: log}); err != nil {
-		fmt.Fprintln(os.Stderr, "doublerun:", err)
-		os.Exit(1)
+	args := os.Args[1:]
+	if len(args) == 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := stack.Prepare(ctx, stack.Options{Logger: log}); err != nil {
+			fmt.Fprintln(os.Stderr, "doublerun:", err)
+			os.Exit(1)
+		}
+		return
 	}
+	if args[0] != "--" || len(args) == 1 {
+		fmt.Fprintln(os.Stderr, "usage: prepare [-- COMMAND ARGS...]")
+		os.Exit(2)
+	}
+	os.Exit(runShared(log, args[1:]))
+}
+
+// runShared starts one stack, runs argv with the stack's DSNs and
+// DOUBLERUN_SHARED_STACK=1 added to the environment, removes the stack and
+// returns argv's exit status. Ctrl-C and SIGTERM are passed to argv, which
+// decides when to stop; the stack outlives it until it has.
+func runShared(log *slog.Logger, argv []string) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var child *os.Process
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for sig := range sigs {
+			cancel() // a stack still starting stops
+			mu.Lock()
+			if child != nil {
+				_ = child.Signal(sig)
+			}
+			mu.Unlock()
+		}
+	}()
+
+	s, err := stack.Start(ctx, stack.Options{Logger: log})
+	if err != nil {
+		if ctx.Err() != nil {
+			return 130
+		}
+		fmt.Fprintln(os.Stderr, "doublerun:", err)
+		return 1
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if err := s.Close(cctx); err != nil {
+			fmt.Fprintln(os.Stderr, "doublerun: remove the shared stack:", err)
+		}
+	}()
+	log.Info("one stack shared by the test binaries; tests of the providers and tests that restart servers start their own",
+		"provider", s.Provider())
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = sharedEnv(os.Environ(), s.Env())
+	// If prepare is killed outright, the command goes too; the stack is
+	// then removed by the next stack started on the machine.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	mu.Lock()
+	if ctx.Err() != nil {
+		mu.Unlock()
+		return 130
+	}
+	err = cmd.Start()
+	if err == nil {
+		child = cmd.Process
+	}
+	mu.Unlock()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "doublerun: run %s: %v\n", argv[0], err)
+		return 1
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
+		return exit.ExitCode()
+	case errors.As(err, &exit):
+		return 130 // ended by a signal
+	}
+	fmt.Fprintf(os.Stderr, "doublerun: %s: %v\n", argv[0], err)
+	return 1
+}
+
+// sharedEnv is environ with the shared stack's variables added. The
+// provider the user chose (or auto) stays in force for the stacks tests
+// start themselves; DOUBLERUN_SHARED_STACK names the shared one instead.
+func sharedEnv(environ, stackEnv []string) []string {
+	env := slices.Clone(environ)
+	for _, kv := range stackEnv {
+		if !strings.HasPrefix(kv, stack.EnvProvider+"=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, stack.EnvSharedStack+"=1")
 }
 
 // lineHandler prints "doublerun: message key=value ..." lines.
