@@ -30,6 +30,9 @@ type Report struct {
 	MutantsNotViable  int     `json:"mutants_not_viable"`
 	MutantsNotCovered int     `json:"mutants_not_covered"`
 	ElapsedTime       float64 `json:"elapsed_time"`
+	// MutatorStatistics counts mutants per mutator; kept so that a report
+	// with fields gremlins v0.6.0 does not write is refused.
+	MutatorStatistics map[string]int `json:"mutator_statistics,omitempty"`
 }
 
 // ReportFile is one source file's mutants. FileName is relative to the
@@ -58,10 +61,29 @@ const (
 	StatusRunnable   = "RUNNABLE"
 )
 
-// ReadReport reads and checks a gremlins report: the counts it states must
-// agree with its list of mutants, so a truncated or hand-edited file is
-// refused rather than scored.
-func ReadReport(file string) (Report, error) {
+// statuses and mutators are every status and mutator type gremlins v0.6.0
+// writes (internal/mutator there). Anything else is refused: a gate that
+// scores what it does not understand passes by accident.
+var (
+	statuses = []string{StatusKilled, StatusLived, StatusNotCovered, StatusTimedOut, StatusNotViable, StatusSkipped, StatusRunnable}
+	mutators = []string{"ARITHMETIC_BASE", "CONDITIONALS_BOUNDARY", "CONDITIONALS_NEGATION", "INCREMENT_DECREMENT",
+		"INVERT_ASSIGNMENTS", "INVERT_BITWISE", "INVERT_BWASSIGN", "INVERT_LOGICAL", "INVERT_LOOPCTRL",
+		"INVERT_NEGATIVES", "REMOVE_SELF_ASSIGNMENTS"}
+)
+
+// ReadReport reads and checks a gremlins report of a whole package, as
+// `mutation gate` scores it: it must list at least one mutant. See
+// readReport.
+func ReadReport(file string) (Report, error) { return readReport(file, false) }
+
+// readReport reads and checks a gremlins report. It refuses anything that
+// is not one, so that the gate never scores a file it does not understand:
+// a field gremlins v0.6.0 does not write, a missing module, file name or
+// mutator, an unknown status or mutator, a line or column below 1, counts
+// that disagree with the list of mutants (a truncated or hand-edited
+// file), a dry run, and, unless allowEmpty, a report with no mutant at all
+// (gremlins' report of an empty selection, or `{}`).
+func readReport(file string, allowEmpty bool) (Report, error) {
 	data, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return Report{}, fmt.Errorf("gremlins report %s does not exist; gremlins writes none when it is interrupted or finds no mutants, so run it again (mutation/run.sh)", file)
@@ -69,9 +91,35 @@ func ReadReport(file string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	notReport := func(why string) error {
+		return fmt.Errorf("%s is not a gremlins v0.6.0 report: %s; give the file `gremlins unleash --output` wrote", file, why)
+	}
 	var r Report
-	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&r); err != nil {
-		return Report{}, fmt.Errorf("%s is not a gremlins JSON report: %w", file, err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Report{}, notReport(strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return Report{}, notReport("more follows its JSON object")
+	}
+	if r.GoModule == "" {
+		return Report{}, notReport("it names no go_module")
+	}
+	for _, f := range r.Files {
+		if f.FileName == "" {
+			return Report{}, notReport("a file has no file_name")
+		}
+		for _, m := range f.Mutations {
+			switch {
+			case !slices.Contains(statuses, m.Status):
+				return Report{}, notReport(fmt.Sprintf("%s:%d has the unknown status %q", f.FileName, m.Line, m.Status))
+			case !slices.Contains(mutators, m.Type):
+				return Report{}, notReport(fmt.Sprintf("%s:%d has the unknown mutator %q", f.FileName, m.Line, m.Type))
+			case m.Line < 1 || m.Column < 1:
+				return Report{}, notReport(fmt.Sprintf("a %s mutant in %s has line %d, column %d", m.Type, f.FileName, m.Line, m.Column))
+			}
+		}
 	}
 	s := r.count()
 	if s.Killed != r.MutantsKilled || s.Lived != r.MutantsLived || s.NotCovered != r.MutantsNotCovered || s.NotViable != r.MutantsNotViable {
@@ -80,6 +128,9 @@ func ReadReport(file string) (Report, error) {
 	}
 	if s.Runnable > 0 {
 		return Report{}, fmt.Errorf("%s comes from a dry run (%d mutants RUNNABLE); run gremlins without --dry-run", file, s.Runnable)
+	}
+	if s.total() == 0 && !allowEmpty {
+		return Report{}, notReport("it lists no mutant")
 	}
 	if math.Abs(s.Efficacy()-r.TestEfficacy) > 1e-6 || math.Abs(s.Coverage()-r.MutationsCoverage) > 1e-6 {
 		return Report{}, fmt.Errorf("%s states efficacy %.4f%% and coverage %.4f%% but its mutants give %.4f%% and %.4f%%; is it from gremlins v0.6.0?",
@@ -110,6 +161,11 @@ func (s Score) Coverage() float64 {
 		return 0
 	}
 	return float64(s.Killed+s.Lived) / float64(s.Killed+s.Lived+s.NotCovered) * 100
+}
+
+// total counts every mutant, whatever its status.
+func (s Score) total() int {
+	return s.Killed + s.Lived + s.NotCovered + s.TimedOut + s.NotViable + s.Skipped + s.Runnable
 }
 
 // Tested is the number of mutants whose tests ran: killed, lived, timed

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // chaosRegistered reports whether main.go lists the chaos command. Until it
@@ -53,7 +54,7 @@ func parallelIfRegistered(t *testing.T) {
 func TestChaosRunsOneCell(t *testing.T) {
 	parallelIfRegistered(t)
 	out := t.TempDir()
-	stdout, stderr, code := runChaos(t, []string{"CHAOS_TOPOLOGIES="},
+	stdout, stderr, code := runChaos(t, append(stacktest.ShareEnv(), "CHAOS_TOPOLOGIES="),
 		"--fault", "KILL_LEADER", "--strategy", "fenced", "--topology", "transaction", "--out", out)
 	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, "chaos: 1 cell(s)")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/doublerun/doublerun/mutation"
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // noStack makes any stack the CLI tries to start fail at once (exit 1),
@@ -208,7 +209,7 @@ func TestMutationFindsTheRepositoryRoot(t *testing.T) {
 func TestRunWithReplicas(t *testing.T) {
 	t.Parallel()
 	out := t.TempDir()
-	stdout, stderr, code := cli(t, nil, "run", "--scenario", "issue-556", "--replicas", "4", "--duration", "3s", "--json", "--out", out)
+	stdout, stderr, code := cli(t, stacktest.ShareEnv(), "run", "--scenario", "issue-556", "--replicas", "4", "--duration", "3s", "--json", "--out", out)
 	require.Zero(t, code, "stderr: %s", stderr)
 	var rep scenarios.Report
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
@@ -230,7 +231,7 @@ func TestRunWithReplicas(t *testing.T) {
 func TestChaosWithReplicas(t *testing.T) {
 	t.Parallel()
 	out := t.TempDir()
-	stdout, stderr, code := cli(t, []string{"CHAOS_TOPOLOGIES="},
+	stdout, stderr, code := cli(t, append(stacktest.ShareEnv(), "CHAOS_TOPOLOGIES="),
 		"chaos", "--fault", "none", "--strategy", "fenced", "--topology", "direct", "--replicas", "3", "--out", out)
 	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, "chaos: 1 cell(s), 3 replicas each, reports in "+out)

@@ -192,6 +192,15 @@ func TestMutationGate(t *testing.T) {
 		require.Contains(t, stdout, "FAIL worker: mutant coverage 85.71% is below the threshold 90.00%\n")
 		require.Contains(t, stdout, "LIVED        worker/clamp.go:19:CONDITIONALS_BOUNDARY\n")
 	})
+	t.Run("RefusesAFileThatIsNotAReport", func(t *testing.T) {
+		t.Parallel()
+		empty := filepath.Join(t.TempDir(), "x.json")
+		require.NoError(t, os.WriteFile(empty, []byte("{}"), 0o644))
+		stdout, stderr, code := cli(t, nil, "mutation", "gate", "--baseline", "", "--report", "lease="+empty)
+		require.Equal(t, 1, code)
+		require.Empty(t, stdout)
+		require.Equal(t, "doublerun mutation: "+empty+" is not a gremlins v0.6.0 report: it names no go_module; give the file `gremlins unleash --output` wrote\n", stderr)
+	})
 	t.Run("CommittedBaselineNeedsLeaseAndWorker", func(t *testing.T) {
 		t.Parallel()
 		_, _, code, err := runMutation(t.Context(), t, "gate", "--baseline", baselineFile, "--report", clampReport)
