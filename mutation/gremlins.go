@@ -74,7 +74,13 @@ var (
 // ReadReport reads and checks a gremlins report of a whole package, as
 // `mutation gate` scores it: it must list at least one mutant. See
 // readReport.
-func ReadReport(file string) (Report, error) { return readReport(file, false) }
+func ReadReport(file string) (Report, error) { return readReport(file, readOptions{}) }
+
+// readOptions loosen readReport for the gate's own runs: a selection may
+// hold no mutant, and a dry run lists its mutants as RUNNABLE.
+type readOptions struct {
+	allowEmpty, dryRun bool
+}
 
 // readReport reads and checks a gremlins report. It refuses anything that
 // is not one, so that the gate never scores a file it does not understand:
@@ -83,7 +89,7 @@ func ReadReport(file string) (Report, error) { return readReport(file, false) }
 // that disagree with the list of mutants (a truncated or hand-edited
 // file), a dry run, and, unless allowEmpty, a report with no mutant at all
 // (gremlins' report of an empty selection, or `{}`).
-func readReport(file string, allowEmpty bool) (Report, error) {
+func readReport(file string, opts readOptions) (Report, error) {
 	data, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return Report{}, fmt.Errorf("gremlins report %s does not exist; gremlins writes none when it is interrupted or finds no mutants, so run it again (mutation/run.sh)", file)
@@ -126,10 +132,10 @@ func readReport(file string, allowEmpty bool) (Report, error) {
 		return Report{}, fmt.Errorf("%s is inconsistent: it lists %d killed, %d lived, %d not covered and %d not viable mutants but states %d, %d, %d and %d; regenerate it",
 			file, s.Killed, s.Lived, s.NotCovered, s.NotViable, r.MutantsKilled, r.MutantsLived, r.MutantsNotCovered, r.MutantsNotViable)
 	}
-	if s.Runnable > 0 {
+	if s.Runnable > 0 && !opts.dryRun {
 		return Report{}, fmt.Errorf("%s comes from a dry run (%d mutants RUNNABLE); run gremlins without --dry-run", file, s.Runnable)
 	}
-	if s.total() == 0 && !allowEmpty {
+	if s.total() == 0 && !opts.allowEmpty {
 		return Report{}, notReport("it lists no mutant")
 	}
 	if math.Abs(s.Efficacy()-r.TestEfficacy) > 1e-6 || math.Abs(s.Coverage()-r.MutationsCoverage) > 1e-6 {
@@ -190,22 +196,7 @@ func (r Report) count() Score {
 	var s Score
 	for _, f := range r.Files {
 		for _, m := range f.Mutations {
-			switch m.Status {
-			case StatusKilled:
-				s.Killed++
-			case StatusLived:
-				s.Lived++
-			case StatusNotCovered:
-				s.NotCovered++
-			case StatusTimedOut:
-				s.TimedOut++
-			case StatusNotViable:
-				s.NotViable++
-			case StatusSkipped:
-				s.Skipped++
-			case StatusRunnable:
-				s.Runnable++
-			}
+			s = s.add(statusScore(m.Status))
 		}
 	}
 	return s
@@ -280,6 +271,11 @@ type GateOptions struct {
 	// Baseline, if not nil, is the committed floor. A package it names
 	// must have a report.
 	Baseline Baseline
+	// Equivalents, when Strict, excuses the mutants it lists: they count
+	// in no score, and every other LIVED mutant fails the gate. Without
+	// Strict, scores are gremlins' own and lived mutants only lower them.
+	Equivalents Equivalents
+	Strict      bool
 }
 
 // PackageResult is one package's figures and the mutants that count
@@ -287,11 +283,13 @@ type GateOptions struct {
 type PackageResult struct {
 	Name  string
 	Score Score
+	// Excused counts the mutants Equivalents listed, left out of Score.
+	Excused int
 	// Elapsed is gremlins' wall time for the package, coverage run
 	// included.
 	Elapsed time.Duration
 	// Lived and NotCovered are file:line:type, with the file relative to
-	// the module root, sorted.
+	// the module root, sorted; listed equivalents are left out.
 	Lived, NotCovered []string
 }
 
@@ -311,18 +309,13 @@ type GateResult struct {
 const tolerance = 1e-9
 
 // Gate scores each package and checks it against the thresholds and the
-// baseline.
+// baseline, and with opts.Strict fails every LIVED mutant that
+// opts.Equivalents does not list.
 func Gate(reports []PackageReport, opts GateOptions) GateResult {
 	var res GateResult
 	seen := map[string]bool{}
 	for _, pr := range reports {
-		p := PackageResult{
-			Name:       pr.Name,
-			Score:      pr.Report.count(),
-			Elapsed:    time.Duration(pr.Report.ElapsedTime * float64(time.Second)),
-			Lived:      locations(pr.Name, pr.Report.Files, StatusLived),
-			NotCovered: locations(pr.Name, pr.Report.Files, StatusNotCovered),
-		}
+		p := scorePackage(pr.Name, pr.Report, opts, nil)
 		res.Packages = append(res.Packages, p)
 		res.Total = res.Total.add(p.Score)
 		res.Elapsed += p.Elapsed
@@ -330,21 +323,12 @@ func Gate(reports []PackageReport, opts GateOptions) GateResult {
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: two reports for one package", p.Name))
 		}
 		seen[p.Name] = true
-
-		check := func(what string, got, floor float64, source string) {
-			if got+tolerance < floor {
-				g, f := fmt.Sprintf("%.2f", got), fmt.Sprintf("%.2f", floor)
-				if g == f {
-					g, f = fmt.Sprintf("%.4f", got), fmt.Sprintf("%.4f", floor)
-				}
-				res.Failures = append(res.Failures, fmt.Sprintf("%s: %s %s%% is below %s %s%%", p.Name, what, g, source, f))
-			}
-		}
-		check("efficacy", p.Score.Efficacy(), opts.MinEfficacy, "the threshold")
-		check("mutant coverage", p.Score.Coverage(), opts.MinCoverage, "the threshold")
+		res.Failures = append(res.Failures, checkFigures(p.Name, p.Score, Figures{opts.MinEfficacy, opts.MinCoverage}, "the threshold")...)
 		if b, ok := opts.Baseline[p.Name]; ok {
-			check("efficacy", p.Score.Efficacy(), b.Efficacy, "the baseline")
-			check("mutant coverage", p.Score.Coverage(), b.Coverage, "the baseline")
+			res.Failures = append(res.Failures, checkFigures(p.Name, p.Score, b, "the baseline")...)
+		}
+		if opts.Strict {
+			res.Failures = append(res.Failures, livedFailures(p.Lived)...)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Baseline)) {
@@ -355,23 +339,90 @@ func Gate(reports []PackageReport, opts GateOptions) GateResult {
 	return res
 }
 
+// livedFailures is the gate's line for each unlisted lived mutant.
+func livedFailures(lived []string) []string {
+	var out []string
+	for _, l := range lived {
+		out = append(out, fmt.Sprintf("%s LIVED: no test fails without that code; write one that does, or list the mutant in testdata/mutation/equivalents.json with why", l))
+	}
+	return out
+}
+
+// checkFigures says, one line each, which of s's figures is below floor.
+func checkFigures(name string, s Score, floor Figures, source string) []string {
+	var out []string
+	check := func(what string, got, min float64) {
+		if got+tolerance < min {
+			g, f := fmt.Sprintf("%.2f", got), fmt.Sprintf("%.2f", min)
+			if g == f {
+				g, f = fmt.Sprintf("%.4f", got), fmt.Sprintf("%.4f", min)
+			}
+			out = append(out, fmt.Sprintf("%s: %s %s%% is below %s %s%%", name, what, g, source, f))
+		}
+	}
+	check("efficacy", s.Efficacy(), floor.Efficacy)
+	check("mutant coverage", s.Coverage(), floor.Coverage)
+	return out
+}
+
+// scorePackage tallies the mutants of a package's report that keep
+// selects (all of them when keep is nil), leaving out the listed
+// equivalents when opts.Strict.
+func scorePackage(name string, r Report, opts GateOptions, keep func(file string, m Mutation) bool) PackageResult {
+	p := PackageResult{Name: name, Elapsed: time.Duration(r.ElapsedTime * float64(time.Second))}
+	var lived, notCovered []loc
+	for _, f := range r.Files {
+		file := path.Join(name, filepath.ToSlash(f.FileName))
+		for _, m := range f.Mutations {
+			if keep != nil && !keep(f.FileName, m) {
+				continue
+			}
+			if opts.Strict && m.Status != StatusSkipped && opts.Equivalents.Has(file, m.Line, m.Type) {
+				p.Excused++
+				continue
+			}
+			p.Score = p.Score.add(statusScore(m.Status))
+			switch m.Status {
+			case StatusLived:
+				lived = append(lived, loc{file, m.Line, m.Type})
+			case StatusNotCovered:
+				notCovered = append(notCovered, loc{file, m.Line, m.Type})
+			}
+		}
+	}
+	p.Lived, p.NotCovered = sortLocs(lived), sortLocs(notCovered)
+	return p
+}
+
+// statusScore is one mutant of status s as a Score.
+func statusScore(s string) Score {
+	switch s {
+	case StatusKilled:
+		return Score{Killed: 1}
+	case StatusLived:
+		return Score{Lived: 1}
+	case StatusNotCovered:
+		return Score{NotCovered: 1}
+	case StatusTimedOut:
+		return Score{TimedOut: 1}
+	case StatusNotViable:
+		return Score{NotViable: 1}
+	case StatusSkipped:
+		return Score{Skipped: 1}
+	case StatusRunnable:
+		return Score{Runnable: 1}
+	}
+	return Score{}
+}
+
 type loc struct {
 	file string
 	line int
 	typ  string
 }
 
-// locations returns the mutants of f with the given status as
-// file:line:type, sorted by file and line.
-func locations(name string, files []ReportFile, status string) []string {
-	var ls []loc
-	for _, f := range files {
-		for _, m := range f.Mutations {
-			if m.Status == status {
-				ls = append(ls, loc{path.Join(name, filepath.ToSlash(f.FileName)), m.Line, m.Type})
-			}
-		}
-	}
+// sortLocs returns ls as file:line:type, sorted by file and line.
+func sortLocs(ls []loc) []string {
 	slices.SortFunc(ls, func(a, b loc) int {
 		return cmp.Or(strings.Compare(a.file, b.file), cmp.Compare(a.line, b.line), strings.Compare(a.typ, b.typ))
 	})
