@@ -12,7 +12,7 @@ STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
 # not take from a measured distribution, and wait on events otherwise.
 TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4
 
-.PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-guards chaos failover repro-backend-loss repro-paused-holder
+.PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-ci mutation-guards chaos failover repro-backend-loss repro-paused-holder
 
 all: lint build test
 
@@ -85,14 +85,21 @@ REPRO_VERSIONS ?=
 repro-556:
 	$(GO) run ./cmd/doublerun repro 556 --out reports/repro-556 --versions "$(REPRO_VERSIONS)"
 
+## mutation-ci: the gate of every submission (.ci/run runs it): gremlins on
+## the lines changed since testdata/mutation/record.json's base, on one
+## shard of lease and worker in turn and on all of scenarios/oracle, then
+## every named guard, on one shared stack (doublerun mutation ci).
+mutation-ci:
+	$(GO) run ./cmd/doublerun mutation ci
+
 ## mutation-guards: every named guard mutant in testdata/mutation must be
 ## killed by its tests (go test -overlay; the tree is never touched).
 mutation-guards:
 	$(GO) run ./cmd/doublerun mutation guards
 
-## mutation: gremlins on lease, worker and scenarios/oracle, gated per
-## package against testdata/mutation/baseline.json, on one shared stack
-## (mutation/run.sh; lease alone took 21 min here, see README).
+## mutation: gremlins on every mutant of lease, worker and scenarios/oracle,
+## gated against testdata/mutation/baseline.json and equivalents.json; a
+## pass on a clean tree writes testdata/mutation/record.json (mutation/run.sh).
 mutation:
 	bash mutation/run.sh
 

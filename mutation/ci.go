@@ -112,7 +112,8 @@ type CIOptions struct {
 	Record          Record
 	Baseline        Baseline
 	Equivalents     Equivalents
-	// Shard is the shard this run takes, 0 to Record.Shards-1.
+	// Shard is the shard this run takes, from 0 to Record.Shards-1 (shown
+	// as 1 to Record.Shards).
 	Shard int
 	// Budget bounds the estimated wall time of the gremlins runs; a
 	// change whose mutants would not fit fails at once.
@@ -178,7 +179,7 @@ func RunCI(ctx context.Context, o CIOptions) (CIRun, error) {
 				return CIRun{}, err
 			}
 			sf := pr.Shards[o.Shard]
-			p.Floor, p.FloorSource = sf.Figures, fmt.Sprintf("shard %d's record", o.Shard)
+			p.Floor, p.FloorSource = sf.Figures, fmt.Sprintf("shard %d/%d's record", o.Shard+1, rec.Shards)
 			estimate = rec.Estimate(name, sf.Mutants)
 			// The changed lines outside the shard are what the record
 			// cannot foresee: count their mutants with a dry run.
@@ -187,7 +188,7 @@ func RunCI(ctx context.Context, o CIOptions) (CIRun, error) {
 				if err != nil {
 					return CIRun{}, err
 				}
-				logf("mutation: ./%s: %d mutants on %d changed lines outside shard %d", name, n, extra.Lines(), o.Shard)
+				logf("mutation: ./%s: %d mutants on %d changed lines outside shard %d/%d", name, n, extra.Lines(), o.Shard+1, rec.Shards)
 				estimate += rec.Estimate(name, n)
 			}
 		}
@@ -227,7 +228,7 @@ func partName(p CIPackage, k, n int) string {
 	if p.Whole {
 		return "every mutant"
 	}
-	return fmt.Sprintf("shard %d of %d (%d lines)", k, n, p.Shard.Lines())
+	return fmt.Sprintf("shard %d/%d (%d lines)", k+1, n, p.Shard.Lines())
 }
 
 func short(commit string) string { return commit[:min(len(commit), 12)] }

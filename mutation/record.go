@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -90,5 +90,33 @@ func (r Record) Estimate(pkg string, mutants int) time.Duration {
 	return time.Duration(float64(mutants) * r.Packages[pkg].SecondsPerMutant * float64(time.Second))
 }
 
-// Packages lists the recorded packages, sorted.
-func (r Record) packageNames() []string { return slices.Sorted(maps.Keys(r.Packages)) }
+// After is the record of a passing per-submission run of the given shard
+// on commit head: head as the base, the shard's figures raised to what the
+// run measured (never lowered) with its mutant count, and each package's
+// cost of a mutant as measured.
+func (r Record) After(run CIRun, shard int, head string) Record {
+	out := r
+	out.Base = head
+	out.Packages = map[string]PackageRecord{}
+	for name, p := range r.Packages {
+		p.Shards = slices.Clone(p.Shards)
+		out.Packages[name] = p
+	}
+	for i, res := range run.Results {
+		p := run.Packages[i]
+		pr := out.Packages[res.Name]
+		if tested := res.Part.Score.Tested() + res.Changed.Score.Tested(); tested > 0 && p.Report.ElapsedTime > 0 {
+			pr.SecondsPerMutant = math.Ceil(p.Report.ElapsedTime/float64(tested)*100) / 100
+		}
+		if p.Whole {
+			pr.Mutants = res.Part.Score.Tested()
+		} else if shard < len(pr.Shards) {
+			sf := &pr.Shards[shard]
+			sf.Efficacy = max(sf.Efficacy, floor2(res.Part.Score.Efficacy()))
+			sf.Coverage = max(sf.Coverage, floor2(res.Part.Score.Coverage()))
+			sf.Mutants = res.Part.Score.Tested()
+		}
+		out.Packages[res.Name] = pr
+	}
+	return out
+}

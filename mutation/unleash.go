@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -86,8 +87,12 @@ func Unleash(ctx context.Context, o UnleashOptions) (Report, error) {
 	cmd.Env = append(env, o.Env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	// gremlins handles SIGINT itself (and removes its copies); a
-	// cancelled run gets that rather than SIGKILL.
+	// gremlins handles SIGINT itself (and removes its copies), but a
+	// second one panics it (send on closed channel) and leaves its copies
+	// behind. So it runs in a process group of its own, out of reach of
+	// the terminal's Ctrl-C, and gets exactly one SIGINT: when ctx ends,
+	// or when this process dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGINT}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 30 * time.Second
 	err = cmd.Run()
