@@ -91,6 +91,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	sweepOwnedDirs(opts.Logger)
 	if opts.Provider == ProviderExternal {
 		return startExternal(ctx, opts)
 	}
