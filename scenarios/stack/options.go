@@ -97,7 +97,7 @@ func (o Options) FromEnv() (Options, error) {
 				err = CheckPoolSize(n)
 			}
 			if err != nil {
-				return o, &EnvError{Var: EnvTransactionPoolSize, msg: fmt.Sprintf("%s=%q is not a pool size from 1 to %d (%s); unset it or set one such as 1", EnvTransactionPoolSize, v, MaxPoolSize, maxPoolSizeWhy)}
+				return o, &EnvError{Var: EnvTransactionPoolSize, msg: fmt.Sprintf("%s=%q is not a pool size from 1 to %d (%s); unset it or set one such as 1", EnvTransactionPoolSize, v, MaxPoolSize, MaxPoolSizeWhy)}
 			}
 			o.TransactionPoolSize = n
 		}
@@ -161,8 +161,8 @@ func (e *EnvError) Error() string { return e.msg }
 // max_connections of 300.
 const MaxPoolSize = 16
 
-// maxPoolSizeWhy says in an error message why there is a MaxPoolSize.
-const maxPoolSizeWhy = "a run has at most 8 replicas with 2 work connections each, so a larger pool changes nothing"
+// MaxPoolSizeWhy says in an error message why there is a MaxPoolSize.
+const MaxPoolSizeWhy = "a run has at most 8 replicas with 2 work connections each, so a larger pool changes nothing"
 
 // CheckPoolSize says what is wrong with a transaction pool size: nil when
 // it is from 1 to MaxPoolSize, else the range and why. Every place that
@@ -171,7 +171,7 @@ const maxPoolSizeWhy = "a run has at most 8 replicas with 2 work connections eac
 // here.
 func CheckPoolSize(n int) error {
 	if n < 1 || n > MaxPoolSize {
-		return fmt.Errorf("%d is not from 1 to %d; %s", n, MaxPoolSize, maxPoolSizeWhy)
+		return fmt.Errorf("%d is not from 1 to %d; %s", n, MaxPoolSize, MaxPoolSizeWhy)
 	}
 	return nil
 }
