@@ -127,8 +127,10 @@ func TestSweepReleasesOnlyTheDeadStacksSharedMemory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			seg := makeSegment(t)
+			var mem []byte
 			if tc.attach {
-				mem, err := unix.SysvShmAttach(seg.id, 0, unix.SHM_RDONLY)
+				var err error
+				mem, err = unix.SysvShmAttach(seg.id, 0, unix.SHM_RDONLY)
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = unix.SysvShmDetach(mem) })
 			}
@@ -151,7 +153,18 @@ func TestSweepReleasesOnlyTheDeadStacksSharedMemory(t *testing.T) {
 			_, present := seg.stat()
 			require.Equal(t, !tc.removed, present, "segment %d present after the sweep", seg.id)
 			_, err := os.Stat(dir)
-			require.Equal(t, tc.owner == "", errors.Is(err, os.ErrNotExist), "the dir goes with a dead owner, whatever its segment")
+			// The dir goes with a dead owner, whatever its segment, unless
+			// the segment is the stack's own and still in use: the dir is
+			// the record of whose it is.
+			require.Equal(t, tc.owner == "" && !tc.attach, errors.Is(err, os.ErrNotExist), "dir removed")
+			if tc.attach {
+				// Once the last process detaches, the next sweep takes both.
+				require.NoError(t, unix.SysvShmDetach(mem))
+				sweepStaleDirs(root, self(), slog.New(slog.DiscardHandler))
+				_, present := seg.stat()
+				require.False(t, present, "the stack's segment, once detached")
+				require.NoDirExists(t, dir)
+			}
 		})
 	}
 }

@@ -56,7 +56,10 @@ func sweepOwnedDirs(log interface{ Info(string, ...any) }) {
 // or is killed on a timeout never gets to; a native stack's servers die
 // with it (Pdeathsig), and what they leave is removed here: first the
 // shared memory its Postgres kept (releaseSharedMemory), then the dir.
-// Dirs without an owner file, or whose owner still runs, are left alone.
+// Dirs without an owner file, or whose owner still runs, are left alone,
+// and so is a dead stack's dir while its Postgres's processes are still
+// exiting: the dir is the only record of which segment is the stack's, so
+// it stays until a later sweep can remove both.
 func sweepStaleDirs(root string, me owner, log interface{ Info(string, ...any) }) {
 	for _, prefix := range ownedDirPrefixes {
 		dirs, _ := filepath.Glob(filepath.Join(root, prefix+"*"))
@@ -71,7 +74,9 @@ func sweepStaleDirs(root string, me owner, log interface{ Info(string, ...any) }
 			if !o.gone(me) {
 				continue
 			}
-			releaseSharedMemory(dir, log)
+			if !releaseSharedMemory(dir, log) {
+				continue // its Postgres is still going down: the next sweep
+			}
 			if err := os.RemoveAll(dir); err == nil {
 				log.Info("removed the temp dir of a process that died", "dir", dir, "owner_pid", o.PID)
 			}
@@ -104,23 +109,46 @@ func sweepStaleDirs(root string, me owner, log interface{ Info(string, ...any) }
 //     segment it may reclaim: every process of a running Postgres is.
 //
 // A segment that fails any of these is left alone.
-func releaseSharedMemory(dir string, log interface{ Info(string, ...any) }) {
+//
+// It reports whether the dir may go: yes when the dir names no segment,
+// the segment is gone, is another server's, or was removed here; no while
+// the stack's own segment still has processes attached (a SIGKILLed
+// postmaster's backends take a moment to notice and exit), since without
+// the dir nothing would say whose it is.
+func releaseSharedMemory(dir string, log interface{ Info(string, ...any) }) bool {
 	pm, ok := readPostmasterPID(filepath.Join(dir, "pgdata", "postmaster.pid"))
 	if !ok {
-		return
+		return true
 	}
 	var desc unix.SysvShmDesc
 	if _, err := unix.SysvShmCtl(pm.shmID, unix.IPC_STAT, &desc); err != nil {
-		return // gone already, or not ours to look at
+		return true // gone already
 	}
-	if !pm.owns(desc) {
-		return
+	switch pm.owns(desc) {
+	case segmentOthers:
+		return true
+	case segmentInUse:
+		return false
 	}
-	if _, err := unix.SysvShmCtl(pm.shmID, unix.IPC_RMID, nil); err == nil {
-		log.Info("removed the shared memory segment of a native stack whose owner died",
-			"dir", dir, "postmaster_pid", pm.pid, "shm_key", pm.shmKey, "shm_id", pm.shmID)
+	if _, err := unix.SysvShmCtl(pm.shmID, unix.IPC_RMID, nil); err != nil {
+		return false
 	}
+	log.Info("removed the shared memory segment of a native stack whose owner died",
+		"dir", dir, "postmaster_pid", pm.pid, "shm_key", pm.shmKey, "shm_id", pm.shmID)
+	return true
 }
+
+// segmentState is what a dead stack's postmaster.pid makes of a segment.
+type segmentState int
+
+const (
+	// segmentOthers: another server's, never to be touched.
+	segmentOthers segmentState = iota
+	// segmentInUse: the stack's own, with processes still attached.
+	segmentInUse
+	// segmentLeft: the stack's own, left behind; the sweep removes it.
+	segmentLeft
+)
 
 // postmasterPID is what a data directory's postmaster.pid says of the
 // postmaster and its System V segment.
@@ -130,24 +158,27 @@ type postmasterPID struct {
 	shmID  int
 }
 
-// owns reports whether the segment described by desc is the one the
-// postmaster of the file created and nobody uses any more; see
+// owns says whether the segment described by desc is the one the
+// postmaster of the file created, and whether anybody still uses it; see
 // releaseSharedMemory for why each test is there.
-func (p postmasterPID) owns(desc unix.SysvShmDesc) bool {
+func (p postmasterPID) owns(desc unix.SysvShmDesc) segmentState {
 	// Guard: the key Postgres took from the data directory's inode
 	// (TestSweepReleasesOnlyTheDeadStacksSharedMemory/AnotherKeyIsKept).
 	if desc.Perm.Key != p.shmKey {
-		return false
+		return segmentOthers
 	}
 	// Guard: created by the dead stack's postmaster, not by a server that
 	// got the same ID later
 	// (TestSweepReleasesOnlyTheDeadStacksSharedMemory/AnotherCreatorIsKept).
 	if desc.Cpid != p.pid {
-		return false
+		return segmentOthers
 	}
 	// Guard: attached to no process; a running server is
 	// (TestSweepReleasesOnlyTheDeadStacksSharedMemory/AttachedSegmentIsKept).
-	return desc.Nattch == 0
+	if desc.Nattch != 0 {
+		return segmentInUse
+	}
+	return segmentLeft
 }
 
 // readPostmasterPID reads the postmaster's PID and its segment's key and
