@@ -65,6 +65,34 @@ func runTestChild() {
 	}
 }
 
+// startStackChild starts the test binary in the child mode mode (a
+// variable TestMain looks at), which starts a stack and prints one line
+// saying where it is, and returns the child and that line. The child is
+// killed when the test ends.
+func startStackChild(t *testing.T, mode string, env ...string) (*exec.Cmd, string) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(append(os.Environ(), mode+"=1"), env...)
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	child.Stderr = os.Stderr
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Scan()
+		line <- sc.Text()
+	}()
+	select {
+	case ready := <-line:
+		return child, ready
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the child did not start its stack in 5 minutes")
+	}
+	return nil, ""
+}
+
 // segment is a System V segment a test made through a child process.
 type segment struct {
 	id      int
@@ -92,6 +120,17 @@ func (s segment) stat() (unix.SysvShmDesc, bool) {
 	var d unix.SysvShmDesc
 	_, err := unix.SysvShmCtl(s.id, unix.IPC_STAT, &d)
 	return d, err == nil && d.Perm.Key == s.key
+}
+
+// segmentDetached reports whether no process is attached any more to the
+// segment the Postgres of the native stack in dir made (or it is gone).
+func segmentDetached(dir string) bool {
+	pm, ok := readPostmasterPID(filepath.Join(dir, "pgdata", "postmaster.pid"))
+	if !ok {
+		return true
+	}
+	d, present := segment{id: pm.shmID, key: pm.shmKey}.stat()
+	return !present || d.Nattch == 0
 }
 
 // deadPID returns the PID of a process that has ended.
@@ -207,25 +246,7 @@ func TestKilledNativeStacksSharedMemoryIsReleased(t *testing.T) {
 	t.Setenv("TMPDIR", root)
 	foreign := makeSegment(t)
 
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), envNativeChild+"=1")
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	child.Stderr = os.Stderr
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Scan()
-		line <- sc.Text()
-	}()
-	var ready string
-	select {
-	case ready = <-line:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("the child did not start its stack in 3 minutes")
-	}
+	child, ready := startStackChild(t, envNativeChild)
 	f := strings.Fields(ready)
 	require.Len(t, f, 3, "child: %s", ready)
 	stackDir, runDir := f[1], f[2]
@@ -244,9 +265,10 @@ func TestKilledNativeStacksSharedMemoryIsReleased(t *testing.T) {
 	// The servers die with it (Pdeathsig), and the backends with the
 	// postmaster; each detaches as it exits.
 	require.Eventually(t, func() bool {
-		d, ok := seg.stat()
-		return ok && d.Nattch == 0 && errors.Is(syscall.Kill(int(pm.pid), 0), syscall.ESRCH)
-	}, 30*time.Second, 50*time.Millisecond, "the killed stack's segment stays, detached, its postmaster gone")
+		return segmentDetached(stackDir) && errors.Is(syscall.Kill(int(pm.pid), 0), syscall.ESRCH)
+	}, 30*time.Second, 50*time.Millisecond, "the killed stack's postmaster and backends are gone")
+	_, left := seg.stat()
+	require.True(t, left, "the killed stack's segment stays")
 	require.DirExists(t, stackDir)
 	require.DirExists(t, runDir)
 
@@ -255,7 +277,7 @@ func TestKilledNativeStacksSharedMemoryIsReleased(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close(ctx))
 
-	_, left := seg.stat()
+	_, left = seg.stat()
 	require.False(t, left, "the dead stack's segment %d is removed", seg.id)
 	require.NoDirExists(t, stackDir)
 	require.NoDirExists(t, runDir)
