@@ -13,6 +13,10 @@
 //	external  DSNs from DOUBLERUN_*_DSN variables (see `doublerun stack up`);
 //	          a bouncer added to it runs as a local process, as with native
 //
+// A variable [Options.FromEnv] cannot take is an [*EnvError] that names
+// it, so that a command line can tell a mistake in its user's environment
+// from a server that fails.
+//
 // # Routes
 //
 // A fresh machine needs no setup and no exports. Start (and [Prepare]) logs
