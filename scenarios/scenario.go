@@ -202,7 +202,8 @@ func (s Scenario) Validate() error {
 		}
 	}
 	// A double-run is two replicas leading at once: a run that expects
-	// one and has a single replica fails after its whole duration.
+	// one and has a single replica fails after its whole duration
+	// (TestValidateHoldsEveryBound).
 	if s.Replicas == 1 && (s.Expect == ExpectReproduces || s.Expect == ExpectReproducesOrOrphans) {
 		errs = append(errs, &FieldError{"replicas", "1", fmt.Sprintf("is too few for expect %s: a double-run needs two replicas leading at once; use 2 to %d", s.Expect, MaxReplicas)})
 	}

@@ -188,9 +188,13 @@ func checkRole(ep stack.Endpoint, rep lease.EndpointReport) error {
 			return fmt.Errorf("%s (%s) is not session-pooled (%s); point it at the session-pooling bouncer", stack.EnvSessionDSN, rep.Endpoint, evidence)
 		}
 	case stack.TransactionName:
+		// Guard: a transaction DSN whose bouncer pools sessions passed
+		// stack check (TestStackCheckRoles/TransactionConsoleSaysSession).
 		if ep.PoolMode != pgbouncer.PoolTransaction {
 			return fmt.Errorf("%s's bouncer has pool_mode=%s on its admin console (%s), not transaction; point %s and %s at the transaction-pooling bouncer", stack.EnvTransactionDSN, ep.PoolMode, stack.EnvTransactionAdminDSN, stack.EnvTransactionDSN, stack.EnvTransactionAdminDSN)
 		}
+		// Guard: the admin console's word is not proof; two clients
+		// sharing a backend are (TestStackCheckRoles/TransactionBehavesPinned).
 		if rep.Kind != lease.EndpointTransactionPooled {
 			return fmt.Errorf("%s (%s) is not proven transaction-pooled (%s); point it at the transaction-pooling bouncer", stack.EnvTransactionDSN, rep.Endpoint, evidence)
 		}
