@@ -121,7 +121,7 @@ func TestEachInputGetsItsExitCodeAndFirstLine(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			_ = cmd.Run()
 			require.Equal(t, tc.code, cmd.ProcessState.ExitCode(), "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
-			out := stderr.String()
+			out := messages(stderr.String())
 			if out == "" {
 				out = stdout.String()
 			}

@@ -85,6 +85,7 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 			stdout, stderr, code := cli(t, tc.env, tc.args...)
 			require.NotZero(t, code)
 			require.Empty(t, stdout)
+			stderr = messages(stderr)
 			first, _, _ := strings.Cut(stderr, "\n")
 			require.True(t, strings.HasPrefix(first, tc.want), "stderr: %q\nwant prefix: %q", stderr, tc.want)
 			if !strings.Contains(stderr, "\nUsage") {
@@ -173,6 +174,19 @@ func TestStackUpExportsAndCleansUpOnInterrupt(t *testing.T) {
 		}
 		require.Error(t, err, "%s still answers after stack up exited", h)
 	}
+}
+
+// messages is stderr without its log lines (slog's "time=..."): a stack's
+// start logs what its sweep of dead processes' leftovers removed, if any,
+// before whatever error ends the command.
+func messages(stderr string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(stderr, "\n") {
+		if !strings.HasPrefix(l, "time=") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
 
 // lastLine is the last line of s, with its newline.

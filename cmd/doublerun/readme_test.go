@@ -126,12 +126,9 @@ func splitExample(t *testing.T, ex string) (env, args []string) {
 
 // messageLines are stderr's lines without the log lines.
 func messageLines(stderr string) []string {
-	var out []string
-	for _, l := range strings.Split(strings.TrimSuffix(stderr, "\n"), "\n") {
-		if strings.HasPrefix(l, "time=") || (l == "" && len(out) == 0) {
-			continue
-		}
-		out = append(out, l)
+	m := strings.TrimSuffix(messages(stderr), "\n")
+	if m == "" {
+		return nil
 	}
-	return out
+	return strings.Split(m, "\n")
 }
