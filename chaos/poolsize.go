@@ -7,11 +7,12 @@ import (
 	"strings"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
-// MaxPoolSize is the largest transaction pool a cell may ask for: more
-// backends than replicas and their work connections change nothing.
-const MaxPoolSize = 16
+// MaxPoolSize is the largest transaction pool a cell may ask for, the
+// stack's bound (stack.CheckPoolSize says why).
+const MaxPoolSize = stack.MaxPoolSize
 
 // DefaultPoolSizes is the matrix's pool-size axis when none is given: a
 // pool of one backend, the size at which #556 reproduces.
@@ -49,24 +50,28 @@ func advisoryReproducesOrOrphans() map[string]map[string]Row {
 
 // ParsePoolSizes reads a comma-separated list of pool sizes, such as
 // "1,2,4" (--pool-sizes, CHAOS_POOL_SIZES), dropping repeats and sorting;
-// the error names the bad entry and the valid range.
+// the error names the bad entry and the valid range. An empty entry
+// ("1,,2") is an error: it is a typo whose intent nobody can tell.
 func ParsePoolSizes(list string) ([]int, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, fmt.Errorf("no pool size in %q; give sizes such as 1,2,4", list)
+	}
 	var out []int
-	for _, f := range strings.Split(list, ",") {
+	for i, f := range strings.Split(list, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
-			continue
+			return nil, fmt.Errorf("entry %d of %q is empty; give sizes such as 1,2,4", i+1, list)
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > MaxPoolSize {
+		if err == nil {
+			err = stack.CheckPoolSize(n)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("pool size %q: need a whole number from 1 to %d, such as 1,2,4", f, MaxPoolSize)
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)
 		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no pool size in %q; give sizes such as 1,2,4", list)
 	}
 	slices.Sort(out)
 	return out, nil

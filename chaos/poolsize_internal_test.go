@@ -14,12 +14,16 @@ func TestParsePoolSizes(t *testing.T) {
 	sizes, err := ParsePoolSizes(" 4,1,2,4 ")
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 2, 4}, sizes)
-	for _, bad := range []string{"0", "two", "1,17", " , "} {
+	for _, bad := range []string{"0", "two", "1,17", " , ", "1,,2", "1,2,", ""} {
 		_, err := ParsePoolSizes(bad)
 		require.Error(t, err, bad)
 	}
 	_, err = ParsePoolSizes("1,x")
 	require.EqualError(t, err, `pool size "x": need a whole number from 1 to 16, such as 1,2,4`)
+	_, err = ParsePoolSizes("1,,2")
+	require.EqualError(t, err, `entry 2 of "1,,2" is empty; give sizes such as 1,2,4`)
+	_, err = ParsePoolSizes("  ")
+	require.EqualError(t, err, `no pool size in "  "; give sizes such as 1,2,4`)
 }
 
 // Every cell with a transaction pool runs once per size; the others once.

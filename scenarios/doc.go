@@ -15,6 +15,15 @@
 // that, with the topology's shape and the timings, to the fault catalog as
 // data: the catalog never imports this package.
 //
+// [Scenario.Validate] is the one place that holds a scenario's numbers to
+// their ranges (replicas 1 to [MaxReplicas], and at least 2 when the
+// expectation is a double-run; duration 1s to 1h; poll interval 1ms to
+// 10s; work 1ms to 1m; TTL 100ms to 1m; a transaction pool of 1 to 16),
+// whether the scenario comes from the catalog, a file ([ParseScenario]),
+// the command line's flags or the chaos matrix. Each error is a
+// [FieldError] that names the field, the range and why the bound it
+// crossed is there.
+//
 //	topology     lease endpoint            work endpoint
 //	direct       postgres                  postgres
 //	session      pgbouncer session pool    pgbouncer session pool

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
 // Expectation is what a scenario's measurements must show.
@@ -74,6 +75,84 @@ const MaxReplicas = 8
 // MaxReplicasWhy says in an error message why there is a MaxReplicas.
 const MaxReplicasWhy = "more can exhaust the PgBouncer session pool of 20 connections while their endpoint checks (3 connections each) wait on one another"
 
+// The ranges of a scenario's numbers. Validate holds every scenario to
+// them, whether it comes from the catalog, a file, the command line's
+// flags or the chaos matrix; the reason for each bound is in bounds.
+const (
+	MinDuration     = time.Second
+	MaxDuration     = time.Hour
+	MinPollInterval = time.Millisecond
+	MaxPollInterval = 10 * time.Second
+	MinWork         = time.Millisecond
+	MaxWork         = time.Minute
+	MinTTL          = 100 * time.Millisecond
+	MaxTTL          = time.Minute
+)
+
+// bounds are the ranges Validate checks, each bound with the reason for
+// it, in the order of Scenario's fields.
+var bounds = []struct {
+	field          string
+	value          func(Scenario) int64
+	min, max       int64
+	show           func(int64) string
+	whyMin, whyMax string
+}{
+	{"replicas", func(s Scenario) int64 { return int64(s.Replicas) }, 1, MaxReplicas, showInt,
+		"a run needs a replica to lead", MaxReplicasWhy},
+	{"duration", func(s Scenario) int64 { return int64(s.Duration) }, int64(MinDuration), int64(MaxDuration), showDuration,
+		"a shorter run holds too few pieces of work to judge (5 at the default 200ms), and its fault comes at a third of it",
+		"a longer run is more often a typo than a plan (1000000h is 114 years), and its report keeps every piece of work"},
+	{"poll_interval", func(s Scenario) int64 { return int64(s.PollInterval) }, int64(MinPollInterval), int64(MaxPollInterval), showDuration,
+		"each poll is a lease call on the server, and shorter polls are a busy loop on it",
+		"the oracle tolerates a gap of 2 polls and 100ms in a leader's work, so longer polls would hide a leaderless window of that length"},
+	{"work", func(s Scenario) int64 { return int64(s.Work) }, int64(MinWork), int64(MaxWork), showDuration,
+		"each piece of work writes its start and end to the oracle, and below 1ms those writes are all a run measures",
+		"a longer piece would outlast most runs and never end to be measured"},
+	{"ttl", func(s Scenario) int64 { return int64(s.TTL) }, int64(MinTTL), int64(MaxTTL), showDuration,
+		"a fenced lease renews through PgBouncer, and a shorter TTL expires before a renewal comes back on a loaded machine",
+		"a run waits a TTL and a second after its fault, so a longer one stretches every run with a fault past a minute"},
+}
+
+func showInt(v int64) string { return fmt.Sprint(v) }
+
+// showDuration writes a duration as a flag takes it, without the zero
+// units time.Duration.String adds: 1h, not 1h0m0s.
+func showDuration(v int64) string {
+	s := time.Duration(v).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// FieldError is a field of a Scenario that a run cannot take, as Validate
+// reports it: its JSON name, its value, and what is wrong with it, with
+// the allowed range and the reason for the bound it crossed. A file
+// reader shows it as is; a command line that set the field with a flag
+// shows it under the flag's name (Flag).
+type FieldError struct {
+	// Field is the JSON name, such as "duration" or "topology.pool_size".
+	Field string
+	// Value is the value as given, such as "1000000h0m0s".
+	Value string
+	// Problem follows the value: "is above 1h: ...; use 1s to 1h".
+	Problem string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("field %q: %s %s", e.Field, e.Value, e.Problem)
+}
+
+// Flag is the error with the field named as the flag name that set it,
+// such as "--duration 1000000h0m0s is above 1h: ...".
+func (e *FieldError) Flag(name string) string {
+	return fmt.Sprintf("--%s %s %s", name, e.Value, e.Problem)
+}
+
 // WithDefaults returns s with every zero field set to its default.
 func (s Scenario) WithDefaults() Scenario {
 	s.Replicas = cmp.Or(s.Replicas, 2)
@@ -88,7 +167,9 @@ func (s Scenario) WithDefaults() Scenario {
 	return s
 }
 
-// Validate reports what is wrong with s, naming the valid choices.
+// Validate reports what is wrong with s, naming the valid choices. A
+// number outside its range is a *FieldError; every range a scenario's
+// numbers have is checked here and nowhere else.
 func (s Scenario) Validate() error {
 	s = s.WithDefaults()
 	var errs []error
@@ -110,8 +191,26 @@ func (s Scenario) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("unknown expectation %q; valid: safe, reproduces, fenced, reproduces-or-orphans", s.Expect))
 	}
-	if s.Replicas < 1 || s.Replicas > MaxReplicas {
-		errs = append(errs, fmt.Errorf("replicas %d: need from 1 to %d; %s", s.Replicas, MaxReplicas, MaxReplicasWhy))
+	for _, b := range bounds {
+		v := b.value(s)
+		rng := fmt.Sprintf("use %s to %s", b.show(b.min), b.show(b.max))
+		switch {
+		case v < b.min:
+			errs = append(errs, &FieldError{b.field, b.show(v), fmt.Sprintf("is below %s: %s; %s", b.show(b.min), b.whyMin, rng)})
+		case v > b.max:
+			errs = append(errs, &FieldError{b.field, b.show(v), fmt.Sprintf("is above %s: %s; %s", b.show(b.max), b.whyMax, rng)})
+		}
+	}
+	// A double-run is two replicas leading at once: a run that expects
+	// one and has a single replica fails after its whole duration
+	// (TestValidateHoldsEveryBound).
+	if s.Replicas == 1 && (s.Expect == ExpectReproduces || s.Expect == ExpectReproducesOrOrphans) {
+		errs = append(errs, &FieldError{"replicas", "1", fmt.Sprintf("is too few for expect %s: a double-run needs two replicas leading at once; use 2 to %d", s.Expect, MaxReplicas)})
+	}
+	if s.Topology.Kind.transactionPooled() {
+		if err := stack.CheckPoolSize(s.Topology.PoolSize); err != nil {
+			errs = append(errs, &FieldError{"topology.pool_size", fmt.Sprint(s.Topology.PoolSize), fmt.Sprintf("is not from 1 to %d: %s; use 1 to %d", stack.MaxPoolSize, stack.MaxPoolSizeWhy, stack.MaxPoolSize)})
+		}
 	}
 	if err := fault.CheckName(s.Fault); err != nil {
 		errs = append(errs, err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -25,13 +26,25 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
-		return Scenario{}, fmt.Errorf("not a JSON object (%v); write one like the \"scenario\" object of a report.json, see testdata/scenarios", err)
+		return Scenario{}, fmt.Errorf("not a JSON object (%s); write one like the \"scenario\" object of a report.json, see testdata/scenarios", jsonProblem(data, err))
+	}
+	end := dec.InputOffset()
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		rest := data[end:]
+		next := end + int64(len(rest)-len(bytes.TrimLeft(rest, " \t\r\n"))) + 1
+		line, col := position(data, next)
+		return Scenario{}, fmt.Errorf("more follows the JSON object, at line %d, column %d; a file holds one scenario: remove what comes after its closing brace", line, col)
+	}
+	// encoding/json keeps the last of two equal keys; a file that sets a
+	// field twice means one of them and cannot say which.
+	if key, ok := duplicateKey(data); ok {
+		return Scenario{}, fmt.Errorf("field %q is there twice; keep one", key)
 	}
 	if inner, ok := raw["scenario"]; ok && raw["schema"] != nil {
 		// A whole report.json: run its scenario again.
 		raw = nil
 		if err := json.Unmarshal(inner, &raw); err != nil {
-			return Scenario{}, fmt.Errorf("field \"scenario\" of this report is not an object (%v)", err)
+			return Scenario{}, fmt.Errorf("field \"scenario\" of this report is not an object (%s)", jsonProblem(inner, err))
 		}
 	}
 	var sc Scenario
@@ -73,9 +86,6 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 			}
 			*dst = d
 		}
-		if *dst < 0 {
-			bad(field, "%s is negative; leave the field out for its default", *dst)
-		}
 	}
 	for field := range raw {
 		if !slices.Contains(scenarioFields, field) {
@@ -113,7 +123,7 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 				}
 				sc.Topology.Kind = TopologyKind(kind)
 			case "pool_size":
-				if err := json.Unmarshal(topo[k], &sc.Topology.PoolSize); err != nil || sc.Topology.PoolSize < 0 {
+				if err := json.Unmarshal(topo[k], &sc.Topology.PoolSize); err != nil {
 					bad("topology.pool_size", "%s is not a pool size; write a whole number such as 2, or leave it out for 1", topo[k])
 				}
 			default:
@@ -155,7 +165,7 @@ func (s Scenario) checkFields() error {
 		bad("topology.kind", fmt.Errorf("missing; one of %s", topologyNames()))
 	} else if _, err := ParseTopology(string(s.Topology.Kind)); err != nil {
 		bad("topology.kind", err)
-	} else if s.Topology.PoolSize > 0 && !s.Topology.Kind.transactionPooled() {
+	} else if s.Topology.PoolSize != 0 && !s.Topology.Kind.transactionPooled() {
 		bad("topology.pool_size", fmt.Errorf("topology %s has no transaction pool; leave pool_size out", s.Topology.Kind))
 	}
 	switch s.Expect {
@@ -164,9 +174,6 @@ func (s Scenario) checkFields() error {
 		bad("expect", errors.New("missing; one of safe, reproduces, fenced, reproduces-or-orphans"))
 	default:
 		bad("expect", fmt.Errorf("unknown expectation %q; valid: safe, reproduces, fenced, reproduces-or-orphans", s.Expect))
-	}
-	if d.Replicas < 1 || d.Replicas > MaxReplicas {
-		bad("replicas", fmt.Errorf("%d: need from 1 to %d; %s", d.Replicas, MaxReplicas, MaxReplicasWhy))
 	}
 	if err := fault.CheckName(d.Fault); err != nil {
 		bad("fault", err)
@@ -178,5 +185,108 @@ func (s Scenario) checkFields() error {
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
 	}
-	return s.Validate()
+	// The ranges of the numbers are Validate's; its errors name their
+	// fields (FieldError). On one line, as every complaint here.
+	if err := s.Validate(); err != nil {
+		var lines []string
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				lines = append(lines, e.Error())
+			}
+		}
+		return errors.New(strings.Join(lines, "; "))
+	}
+	return nil
+}
+
+// jsonProblem says in a user's words why data is not the JSON expected:
+// where it stops being JSON, or what kind of value it holds instead of an
+// object. encoding/json's own messages name Go types
+// (map[string]json.RawMessage), which mean nothing to the file's author.
+func jsonProblem(data []byte, err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return "the file is empty"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "it ends before the object closes"
+	case errors.As(err, &syn):
+		line, col := position(data, syn.Offset)
+		return fmt.Sprintf("%s, at line %d, column %d", strings.TrimPrefix(syn.Error(), "json: "), line, col)
+	case errors.As(err, &typ):
+		return "it is " + article(typ.Value)
+	}
+	return err.Error()
+}
+
+// position is the line and column, counted from 1, of the byte at
+// offset-1: the last one read when encoding/json gave up at offset.
+func position(data []byte, offset int64) (line, col int) {
+	line = 1
+	for _, c := range data[:min(int(offset), len(data))] {
+		if c == '\n' {
+			line, col = line+1, 0
+			continue
+		}
+		col++
+	}
+	return line, max(col, 1)
+}
+
+// article puts "a" or "an" before a JSON kind: "an array", "a string".
+func article(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
+	}
+	return "a " + kind
+}
+
+// duplicateKey finds a key that an object in data holds twice and returns
+// it with its parents' keys ("topology.kind"); data is valid JSON.
+func duplicateKey(data []byte) (string, bool) {
+	key, _ := duplicateIn(json.NewDecoder(bytes.NewReader(data)), "")
+	return key, key != ""
+}
+
+// duplicateIn reads one value from dec, path being where it is, and
+// returns the first key an object in it holds twice.
+func duplicateIn(dec *json.Decoder, path string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			k, _ := tok.(string)
+			name := k
+			if path != "" {
+				name = path + "." + k
+			}
+			if seen[k] {
+				return name, nil
+			}
+			seen[k] = true
+			if dup, err := duplicateIn(dec, name); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token()
+		return "", err
+	case json.Delim('['):
+		for dec.More() {
+			if dup, err := duplicateIn(dec, path+"[]"); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token()
+		return "", err
+	}
+	return "", nil
 }

@@ -61,8 +61,9 @@ it when the flag does not; the default is 1. Each such cell expects what
 the pool-size table in package chaos says for its size.
 
 --replicas runs every cell with N replicas instead of 2. The expectations
-were measured with 2; with 1 no cell can show a double-run, so the cells
-expected to reproduce one fail.
+were measured with 2. A double-run needs two replicas, so --replicas 1 is
+refused for a selection with a cell that expects one; narrow it (such as
+--strategy fenced) to run one replica.
 `
 
 // envChaosTopologies selects the matrix's topologies.
@@ -113,9 +114,17 @@ func chaosCommand() command {
 			for i := range cells {
 				cells[i].Replicas = cmp.Or(n, cells[i].Replicas)
 			}
-			if err := outDir("out", *out); err != nil {
+			if err := validateCells(cells, n != 0); err != nil {
 				return err
 			}
+			if err := checkEnv(sets[0]); err != nil {
+				return err
+			}
+			dropEmptyOut, err := outDir("out", *out)
+			if err != nil {
+				return err
+			}
+			defer dropEmptyOut()
 			m := matrixRun{e: e, cells: cells, out: *out, shard: shardI, shards: shardN, several: len(sets) > 1, walls: map[string]time.Duration{}}
 			for _, set := range sets {
 				if err := m.runOn(ctx, set); err != nil {
@@ -146,6 +155,41 @@ func chaosCommand() command {
 	}
 }
 
+// validateCells checks every cell once the flags are applied (validate),
+// and names the cells a complaint is about when it is not about all of
+// them: --replicas 1 is too few only for the cells that expect a
+// double-run.
+func validateCells(cells []scenarios.Scenario, replicasFlag bool) error {
+	flagOf := map[string]string{}
+	if replicasFlag {
+		flagOf["replicas"] = "replicas"
+	}
+	var first error
+	var firstCell string
+	failed, same := 0, true
+	for _, c := range cells {
+		err := validate(c, flagOf)
+		if err == nil {
+			continue
+		}
+		failed++
+		if first == nil {
+			first, firstCell = err, c.Name
+		} else if err.Error() != first.Error() {
+			same = false
+		}
+	}
+	switch {
+	case first == nil:
+		return nil
+	case failed == len(cells) && same:
+		return first
+	case failed == 1:
+		return usageError{fmt.Sprintf("cell %s: %v", firstCell, first)}
+	}
+	return usageError{fmt.Sprintf("cell %s and %d more of the %d selected: %v", firstCell, failed-1, len(cells), first)}
+}
+
 // chaosCells picks the cells the flags and CHAOS_TOPOLOGIES select. Each
 // unknown name is a usage error that lists the valid ones.
 func chaosCells(faultName, strategy, topology, envTopologies string) ([]scenarios.Scenario, error) {
@@ -168,7 +212,7 @@ func chaosCells(faultName, strategy, topology, envTopologies string) ([]scenario
 	case strings.TrimSpace(envTopologies) != "":
 		ts, err := scenarios.ParseTopologies(envTopologies)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", envChaosTopologies, err)
+			return nil, envError{fmt.Sprintf("%s: %v", envChaosTopologies, err)}
 		}
 		topologies = ts
 	}

@@ -122,20 +122,31 @@ with a line naming it when a shard is missing or there twice.
 func chaosMerge(e *env, args []string) error {
 	fs := newFlagSet("chaos merge", chaosMergeUsage, e)
 	out := fs.String("out", "", "directory to write summary.md to; empty for none")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(e.stdout, fs.fullUsage())
-			return err
-		}
-		return flagError{msg: flagMessage(fs.FlagSet, err), usage: fs.fullUsage()}
-	}
-	if fs.NArg() == 0 {
-		return usageError{"chaos merge needs the directories of the runs to merge, such as reports/shard-1 reports/shard-2"}
-	}
-	if err := outDir("out", *out); err != nil {
+	dirs, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	m, err := report.MergeDirs(fs.Args()...)
+	usage := func(msg string) error { return flagError{msg: "merge: " + msg, usage: fs.fullUsage()} }
+	if len(dirs) == 0 {
+		return usage("give the directories of the runs to merge, such as reports/shard-1 reports/shard-2")
+	}
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return usage(fmt.Sprintf("%s does not exist; pass the --out directories of `doublerun chaos` runs", d))
+		case err != nil:
+			return fmt.Errorf("merge: cannot read %s (%v); pass a directory you can read", d, err)
+		case !fi.IsDir():
+			return usage(fmt.Sprintf("%s is a file, not a directory; pass the --out directories of `doublerun chaos` runs, which hold cells.json", d))
+		}
+	}
+	dropEmptyOut, err := outDir("out", *out)
+	if err != nil {
+		return err
+	}
+	defer dropEmptyOut()
+	m, err := report.MergeDirs(dirs...)
 	if err != nil {
 		return err
 	}
@@ -150,4 +161,32 @@ func chaosMerge(e *env, args []string) error {
 		return fmt.Errorf("%w; see the table above", err)
 	}
 	return nil
+}
+
+// parseInterspersed parses args, whose flags may come before, between or
+// after the positional arguments (`merge DIR --out X` as well as `merge
+// --out X DIR`), and returns the positional ones. "--" ends the flags.
+// --help prints the usage on stdout and returns flag.ErrHelp; a bad flag
+// is a flagError.
+func parseInterspersed(fs *flagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(fs.e.stdout, fs.fullUsage())
+				return nil, err
+			}
+			return nil, flagError{msg: flagMessage(fs.FlagSet, err), usage: fs.fullUsage()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// Parse stopped at a positional argument, or after "--", which
+		// it consumed: then everything left is positional.
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
 }

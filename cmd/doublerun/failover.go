@@ -54,9 +54,14 @@ func failoverCommand() command {
 			if err != nil {
 				return err
 			}
-			if err := outDir("out", *out); err != nil {
+			if err := checkEnv(""); err != nil {
 				return err
 			}
+			dropEmptyOut, err := outDir("out", *out)
+			if err != nil {
+				return err
+			}
+			defer dropEmptyOut()
 			s, closeStack, err := startStack(ctx, e)
 			if err != nil {
 				return err

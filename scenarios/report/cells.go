@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
@@ -96,7 +97,7 @@ func ReadCells(dir string) (Run, error) {
 	}
 	var f cellsFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return Run{}, fmt.Errorf("%s is not a cells index (%v)", path, err)
+		return Run{}, fmt.Errorf("%s is not a cells index (%v); it is cut short or not doublerun's: run that shard again, or leave its directory out", path, err)
 	}
 	if f.Schema != CellsSchema {
 		return Run{}, fmt.Errorf("%s has schema %q, not %q; merge the output of the same doublerun version", path, f.Schema, CellsSchema)
@@ -188,7 +189,7 @@ func MergeDirs(dirs ...string) (Merged, error) {
 		}
 	}
 	if len(runs) == 0 {
-		return Merged{}, fmt.Errorf("no %s under %v; pass the --out directories of `doublerun chaos` runs", CellsFile, dirs)
+		return Merged{}, fmt.Errorf("no %s under %s; pass the --out directories of `doublerun chaos` runs", CellsFile, strings.Join(dirs, ", "))
 	}
 	return Merge(runs)
 }

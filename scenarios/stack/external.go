@@ -36,10 +36,10 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	for _, v := range vars {
 		if v.value == "" {
-			return nil, fmt.Errorf("external provider: %s is not set; run `doublerun stack up` and eval its export lines, or use %s=auto", v.name, EnvProvider)
+			return nil, &EnvError{Var: v.name, msg: fmt.Sprintf("external provider: %s is not set; run `doublerun stack up` and eval its export lines, or use %s=auto", v.name, EnvProvider)}
 		}
 		if _, err := pgx.ParseConfig(v.value); err != nil {
-			return nil, fmt.Errorf("external provider: %s is not a valid DSN (%v); set it to a URL such as postgres://user:password@127.0.0.1:6432/doublerun", v.name, firstLine(err))
+			return nil, &EnvError{Var: v.name, msg: fmt.Sprintf("external provider: %s is not a valid DSN (%v); set it to a URL such as postgres://user:password@127.0.0.1:6432/doublerun", v.name, firstLine(err))}
 		}
 	}
 	pg, _ := pgx.ParseConfig(vars[0].value)

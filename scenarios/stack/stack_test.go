@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envSweepChild) != "" {
 		runSweepChild()
 	}
+	runTestChild()
 	code := m.Run()
 	for _, s := range []*Stack{shared.s, restartable.s} {
 		if s != nil {
@@ -241,7 +242,7 @@ func TestExternalProviderRejectsBadDSNs(t *testing.T) {
 func TestUnknownProviderIsRejected(t *testing.T) {
 	t.Parallel()
 	_, err := Start(context.Background(), Options{Provider: "kubernetes"})
-	require.EqualError(t, err, `unknown provider "kubernetes" (from DOUBLERUN_PROVIDER or Options.Provider); use auto, docker, native or external`)
+	require.EqualError(t, err, `unknown provider "kubernetes"; use auto, docker, native or external`)
 }
 
 func TestNativeNamesMissingBinaries(t *testing.T) {
@@ -348,33 +349,52 @@ func requireNothingLeft(t *testing.T, b backend, nodes []node) {
 	}
 }
 
-// A test binary that panics never reaches Close; the next native stack
-// removes the temp dir it left, and only dirs whose owner has died.
+// A test binary that panics never reaches Close, nor a run its own
+// cleanup; the next stack removes the temp dirs they left (a native
+// stack's, a run's), and only dirs whose owner has died.
 func TestNativeSweepsDirsOfDeadOwners(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
 	dead := exec.Command("true")
 	require.NoError(t, dead.Run())
-	mk := func(owner string) string {
-		dir, err := os.MkdirTemp(tmp, nativeDirPrefix)
+	mk := func(prefix, owner string) string {
+		dir, err := os.MkdirTemp(tmp, prefix)
 		require.NoError(t, err)
 		if owner != "" {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o644))
 		}
 		return dir
 	}
-	deadDir := mk(strconv.Itoa(dead.Process.Pid))
-	liveDir := mk(strconv.Itoa(os.Getpid()))
-	unknownDir := mk("")
+	var deadDirs, keptDirs []string
+	for _, prefix := range []string{nativeDirPrefix, RunDirPrefix} {
+		deadDirs = append(deadDirs, mk(prefix, strconv.Itoa(dead.Process.Pid)))
+		keptDirs = append(keptDirs, mk(prefix, strconv.Itoa(os.Getpid())), mk(prefix, ""))
+	}
+	keptDirs = append(keptDirs, mk("doublerun-other-", strconv.Itoa(dead.Process.Pid)))
 
 	sweepStaleDirs(tmp, self(), slog.New(slog.DiscardHandler))
 
-	_, err := os.Stat(deadDir)
-	require.ErrorIs(t, err, os.ErrNotExist, "dir of a dead owner removed")
-	for _, dir := range []string{liveDir, unknownDir} {
+	for _, dir := range deadDirs {
+		_, err := os.Stat(dir)
+		require.ErrorIs(t, err, os.ErrNotExist, "dir of a dead owner removed: %s", dir)
+	}
+	for _, dir := range keptDirs {
 		_, err := os.Stat(dir)
 		require.NoError(t, err, "%s kept", dir)
 	}
+}
+
+// A run's temp dir names its owner, so the sweep can tell when it is
+// left over.
+func TestTempDirNamesItsOwner(t *testing.T) {
+	t.Parallel()
+	dir, err := TempDir()
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.True(t, strings.HasPrefix(filepath.Base(dir), RunDirPrefix), dir)
+	raw, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	require.NoError(t, err)
+	require.Equal(t, self(), parseOwner(string(raw)))
 }
 
 // A native stack lives where DOUBLERUN_STACK_DIR says, and without it on
