@@ -145,9 +145,11 @@ func readReport(file string, opts readOptions) (Report, error) {
 	return r, nil
 }
 
-// Score is the tally of one package's mutants.
+// Score is the tally of one package's mutants. Excused counts the lived
+// mutants a strict gate excuses as equivalent: their tests ran them, so
+// they count as covered, but in no efficacy.
 type Score struct {
-	Killed, Lived, NotCovered, TimedOut, NotViable, Skipped, Runnable int
+	Killed, Lived, NotCovered, TimedOut, NotViable, Skipped, Runnable, Excused int
 }
 
 // Efficacy is gremlins' test efficacy: killed over killed + lived, in
@@ -160,13 +162,15 @@ func (s Score) Efficacy() float64 {
 }
 
 // Coverage is gremlins' mutant coverage: killed + lived over killed +
-// lived + not covered, in percent. Timed-out and not-viable mutants count
-// in neither, as in gremlins.
+// lived + not covered, in percent, with excused lived mutants counted as
+// covered. Timed-out and not-viable mutants count in neither, as in
+// gremlins.
 func (s Score) Coverage() float64 {
-	if s.Killed+s.Lived == 0 {
+	covered := s.Killed + s.Lived + s.Excused
+	if covered == 0 {
 		return 0
 	}
-	return float64(s.Killed+s.Lived) / float64(s.Killed+s.Lived+s.NotCovered) * 100
+	return float64(covered) / float64(covered+s.NotCovered) * 100
 }
 
 // total counts every mutant, whatever its status.
@@ -189,7 +193,8 @@ func (s Score) PerMutant(elapsed time.Duration) time.Duration {
 }
 
 func (s Score) add(o Score) Score {
-	return Score{s.Killed + o.Killed, s.Lived + o.Lived, s.NotCovered + o.NotCovered, s.TimedOut + o.TimedOut, s.NotViable + o.NotViable, s.Skipped + o.Skipped, s.Runnable + o.Runnable}
+	return Score{s.Killed + o.Killed, s.Lived + o.Lived, s.NotCovered + o.NotCovered, s.TimedOut + o.TimedOut,
+		s.NotViable + o.NotViable, s.Skipped + o.Skipped, s.Runnable + o.Runnable, s.Excused + o.Excused}
 }
 
 func (r Report) count() Score {
@@ -283,7 +288,8 @@ type GateOptions struct {
 type PackageResult struct {
 	Name  string
 	Score Score
-	// Excused counts the mutants Equivalents listed, left out of Score.
+	// Excused counts the mutants Equivalents listed; lived ones count in
+	// Score as Excused, not-covered ones in nothing.
 	Excused int
 	// Elapsed is gremlins' wall time for the package, coverage run
 	// included.
@@ -379,6 +385,9 @@ func scorePackage(name string, r Report, opts GateOptions, keep func(file string
 			}
 			if opts.Strict && m.Status != StatusSkipped && opts.Equivalents.Has(file, m.Line, m.Type) {
 				p.Excused++
+				if m.Status == StatusLived {
+					p.Score.Excused++
+				}
 				continue
 			}
 			p.Score = p.Score.add(statusScore(m.Status))

@@ -4,36 +4,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-var gremlinsBin struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// buildGremlins builds the gremlins the module's go.mod names, once per
-// test binary.
+// buildGremlins builds the gremlins the module's go.mod names into the
+// test's temp dir.
 func buildGremlins(t *testing.T) string {
 	t.Helper()
-	gremlinsBin.once.Do(func() {
-		dir, err := os.MkdirTemp("", "doublerun-gremlins-")
-		if err != nil {
-			gremlinsBin.err = err
-			return
-		}
-		gremlinsBin.path = filepath.Join(dir, "gremlins")
-		out, err := exec.Command("go", "build", "-o", gremlinsBin.path, "github.com/go-gremlins/gremlins/cmd/gremlins").CombinedOutput()
-		if err != nil {
-			gremlinsBin.err = &exec.Error{Name: string(out), Err: err}
-		}
-	})
-	require.NoError(t, gremlinsBin.err)
-	return gremlinsBin.path
+	bin := filepath.Join(t.TempDir(), "gremlins")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/go-gremlins/gremlins/cmd/gremlins").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
 }
 
 // A selection reaches gremlins as its diff: only the mutants on the
