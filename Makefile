@@ -24,7 +24,7 @@ build:
 ## stack is shared by every test binary (scenarios/stack/internal/prepare);
 ## tests of the providers and tests that restart servers start their own.
 test:
-	$(GO) run ./scenarios/stack/internal/prepare -- $(GO) test $(TEST_FLAGS) $(PKGS)
+	$(GO) run ./scenarios/stack/internal/prepare -warm "$(GO) list -race -deps -test -export $(PKGS)" -- $(GO) test $(TEST_FLAGS) $(PKGS)
 
 ## test-stack: the stack, pgbouncer and CLI tests only.
 test-stack:

@@ -3,9 +3,17 @@
 // on first use (stack.Prepare).
 //
 //	prepare                 prepare, print the route, exit
-//	prepare -- CMD ARGS...  also start one stack, run CMD with its DSNs and
+//	prepare [-warm W] -- CMD ARGS...
+//	                        also start one stack, run CMD with its DSNs and
 //	                        DOUBLERUN_SHARED_STACK=1 in the environment,
-//	                        then remove the stack; exit with CMD's status
+//	                        then remove the stack; exit with CMD's status.
+//	                        W, a command line split at spaces, runs while
+//	                        the stack starts
+//
+// `make test` passes `-warm "go list -race -deps -test -export ./..."`,
+// which compiles every package the tests need: on a machine with no
+// images that compile overlaps their build, which waits mostly on the
+// network and the disk, instead of following it.
 //
 // `make test` runs `prepare -- go test ./...`: the test binaries, which run
 // in parallel and show their output only when they fail, share that one
@@ -54,20 +62,25 @@ func main() {
 		}
 		return
 	}
-	if args[0] != "--" || len(args) == 1 {
-		fmt.Fprintln(os.Stderr, "usage: prepare [-- COMMAND ARGS...]")
+	var warm []string
+	if args[0] == "-warm" && len(args) > 1 {
+		warm, args = strings.Fields(args[1]), args[2:]
+	}
+	if len(args) < 2 || args[0] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: prepare [-warm COMMAND] [-- COMMAND ARGS...]")
 		os.Exit(2)
 	}
-	os.Exit(runShared(log, args[1:]))
+	os.Exit(runShared(log, warm, args[1:]))
 }
 
 // runShared starts one stack, runs argv with the stack's DSNs and
 // DOUBLERUN_SHARED_STACK=1 added to the environment, removes the stack and
 // returns argv's exit status. Ctrl-C and SIGTERM are passed to argv, which
 // decides when to stop; the stack outlives it until it has.
-func runShared(log *slog.Logger, argv []string) int {
+func runShared(log *slog.Logger, warm, argv []string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	warmed := warmUp(ctx, warm)
 	var mu sync.Mutex
 	var child *os.Process
 	sigs := make(chan os.Signal, 4)
@@ -100,6 +113,7 @@ func runShared(log *slog.Logger, argv []string) int {
 	}()
 	log.Info("one stack shared by the test binaries; tests of the providers and tests that restart servers start their own",
 		"provider", s.Provider())
+	<-warmed
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -133,6 +147,24 @@ func runShared(log *slog.Logger, argv []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "doublerun: %s: %v\n", argv[0], err)
 	return 1
+}
+
+// warmUp runs argv (if any) in the background, its output discarded: a
+// failure shows again, with its message, in the command that follows. The
+// channel closes when it has ended.
+func warmUp(ctx context.Context, argv []string) <-chan struct{} {
+	done := make(chan struct{})
+	if len(argv) == 0 {
+		close(done)
+		return done
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	go func() {
+		defer close(done)
+		_ = cmd.Run()
+	}()
+	return done
 }
 
 // sharedEnv is environ with the shared stack's variables added. The
