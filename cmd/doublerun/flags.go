@@ -186,18 +186,13 @@ func validate(sc scenarios.Scenario, flagOf map[string]string) error {
 	if err == nil {
 		return nil
 	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
 	var msgs []string
-	for _, e := range errs {
-		var fe *scenarios.FieldError
-		if errors.As(e, &fe) && flagOf[fe.Field] != "" {
+	for _, fe := range scenarios.FieldErrors(err) {
+		if flagOf[fe.Field] != "" {
 			msgs = append(msgs, fe.Flag(flagOf[fe.Field]))
 			continue
 		}
-		msgs = append(msgs, e.Error())
+		msgs = append(msgs, fe.Error())
 	}
 	return usageError{strings.Join(msgs, "; ")}
 }
