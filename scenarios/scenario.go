@@ -205,15 +205,15 @@ func (s Scenario) WithDefaults() Scenario {
 }
 
 // Validate reports everything that is wrong with s as the run would take
-// it (a zero field is its default), each complaint a *FieldError that
-// names its field and the valid choices or the range and why, in the
-// order of Scenario's fields. It is the one check of a scenario: the
+// it (a zero field is its default), on one line: each complaint a
+// *FieldError (FieldErrors lists them) that names its field and the valid
+// choices or the range and why, in the order of Scenario's fields. It is the one check of a scenario: the
 // catalog, a file (ParseScenario), the command line's flags and the chaos
 // matrix all rely on it, and Run calls it before anything starts.
 func (s Scenario) Validate() error {
 	given := s
 	s = s.WithDefaults()
-	var errs []error
+	var errs fieldErrors
 	bad := func(field, value, problem string) { errs = append(errs, &FieldError{field, value, problem}) }
 	switch {
 	case s.Name == "":
@@ -275,8 +275,24 @@ func (s Scenario) Validate() error {
 	default:
 		bad("expect", "", fmt.Sprintf("unknown expectation %q; valid: %s", s.Expect, expectationNames))
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
 }
+
+// fieldErrors is Validate's error: its complaints, on one line.
+type fieldErrors []error
+
+func (e fieldErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e fieldErrors) Unwrap() []error { return e }
 
 // expectationNames lists the expectations for Validate's messages.
 const expectationNames = "safe, reproduces, fenced, reproduces-or-orphans"

@@ -137,11 +137,7 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 	// What the JSON holds is Validate's to judge; its complaints name
 	// their fields, on one line as every complaint here.
 	if err := sc.Validate(); err != nil {
-		var lines []string
-		for _, fe := range FieldErrors(err) {
-			lines = append(lines, fe.Error())
-		}
-		return Scenario{}, errors.New(strings.Join(lines, "; "))
+		return Scenario{}, err
 	}
 	return sc, nil
 }
