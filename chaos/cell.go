@@ -45,16 +45,10 @@ type Cell struct {
 	Versions string
 }
 
-// sized reports whether a topology's cells have a pool size: those whose
-// work goes through a transaction pool.
-func sized(topology scenarios.TopologyKind) bool {
-	return topology == scenarios.Transaction || topology == scenarios.Pinned || topology == scenarios.Alias
-}
-
 // poolSize is c's pool size where it means something and is above one,
 // else 0.
 func (c Cell) poolSize() int {
-	if sized(c.Topology) && c.PoolSize > 1 {
+	if c.Topology.TransactionPooled() && c.PoolSize > 1 {
 		return c.PoolSize
 	}
 	return 0
@@ -163,7 +157,7 @@ func Matrix(topologies ...scenarios.TopologyKind) []Cell {
 func AtPoolSizes(cells []Cell, sizes []int) []Cell {
 	var out []Cell
 	for _, c := range cells {
-		if !sized(c.Topology) {
+		if !c.Topology.TransactionPooled() {
 			out = append(out, c)
 			continue
 		}

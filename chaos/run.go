@@ -35,7 +35,7 @@ func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.R
 		if why := flaked(c); why != "" && ctx.Err() == nil {
 			// A cell that could not run, or ran with a replica fewer
 			// because one failed on its own, measured nothing it was meant
-			// to. Once is a flake (see "Findings"), twice an error.
+			// to. Once is a flake (FINDINGS.md, findings 6 and 7), twice an error.
 			c = runAgain(ctx, sc, opts, c, why)
 			if why := flaked(c); why != "" && c.Err == nil {
 				c.Err = fmt.Errorf("cell %s: %s", sc.Name, why)

@@ -240,7 +240,7 @@ func (t Table) Expect(c Cell) (Expected, bool) {
 // columns are the columns that may hold c, most particular first.
 func (c Cell) columns() []Column {
 	size := 0
-	if c.PoolSize > 1 && sized(c.Topology) {
+	if c.PoolSize > 1 && c.Topology.TransactionPooled() {
 		size = c.PoolSize
 	}
 	var out []Column

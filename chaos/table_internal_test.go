@@ -42,7 +42,7 @@ func TestTableIsComplete(t *testing.T) {
 				require.NotEqual(t, base, e, "%s: says what the topology's own column says", name)
 				require.NotEmpty(t, table.Columns[col], "%s: the column says why it is there", name)
 				if col.PoolSize != 0 {
-					require.True(t, sized(col.Topology), "%s: a pool size on a topology without a transaction pool", name)
+					require.True(t, col.Topology.TransactionPooled(), "%s: a pool size on a topology without a transaction pool", name)
 					require.Greater(t, col.PoolSize, 1, name)
 					require.LessOrEqual(t, col.PoolSize, MaxPoolSize, name)
 				}

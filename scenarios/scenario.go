@@ -198,7 +198,7 @@ func (s Scenario) WithDefaults() Scenario {
 	s.Work = cmp.Or(s.Work, DefaultWork)
 	s.TTL = cmp.Or(s.TTL, DefaultTTL)
 	s.Fault = cmp.Or(s.Fault, fault.None)
-	if s.Topology.Kind.transactionPooled() {
+	if s.Topology.Kind.TransactionPooled() {
 		s.Topology.PoolSize = cmp.Or(s.Topology.PoolSize, 1)
 	}
 	return s
@@ -240,9 +240,9 @@ func (s Scenario) Validate() error {
 		bad("topology.kind", "", err.Error())
 	}
 	switch {
-	case given.Topology.PoolSize != 0 && topologyErr == nil && !s.Topology.Kind.transactionPooled():
+	case given.Topology.PoolSize != 0 && topologyErr == nil && !s.Topology.Kind.TransactionPooled():
 		bad("topology.pool_size", "", fmt.Sprintf("topology %s has no transaction pool; leave pool_size out", s.Topology.Kind))
-	case s.Topology.Kind.transactionPooled() && stack.CheckPoolSize(s.Topology.PoolSize) != nil:
+	case s.Topology.Kind.TransactionPooled() && stack.CheckPoolSize(s.Topology.PoolSize) != nil:
 		bad("topology.pool_size", fmt.Sprint(s.Topology.PoolSize), fmt.Sprintf("is not from 1 to %d: %s; use 1 to %d", stack.MaxPoolSize, stack.MaxPoolSizeWhy, stack.MaxPoolSize))
 	}
 	for _, b := range bounds {

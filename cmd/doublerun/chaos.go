@@ -56,7 +56,7 @@ is the shards' total. It exits 1 if a cell did not match its expectation.
 (transaction, pinned, alias) once per size, such as 1,2,4, named
 strategy/topology-poolN/FAULT for sizes above 1; CHAOS_POOL_SIZES gives
 it when the flag does not; the default is 1. Each such cell expects what
-the pool-size table in package chaos says for its size.
+the table in package chaos says at its size.
 
 --replicas runs every cell with N replicas instead of 2. The expectations
 were measured with 2. A double-run needs two replicas, so --replicas 1 is
