@@ -237,7 +237,10 @@ func (t Table) Expect(c Cell) (Expected, bool) {
 	panic("unreachable: the topology's own column holds every cell")
 }
 
-// columns are the columns that may hold c, most particular first.
+// columns are the columns that may hold c, most particular first. A
+// set's column reaches a cell at every pool size it does not name: a set
+// whose servers differ must not be judged by the pool size's column
+// measured on another (caught by TestVersionOverrideReachesEveryPoolSize).
 func (c Cell) columns() []Column {
 	size := 0
 	if c.PoolSize > 1 && c.Topology.TransactionPooled() {
