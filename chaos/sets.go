@@ -41,9 +41,6 @@ type RunConfig struct {
 	OnSet func(SetStart)
 	// OnResult, if set, sees each cell's result as it comes.
 	OnResult func(done, total int, r report.Result)
-
-	// table is the expectations' table; default the package's.
-	table *Table
 }
 
 // SetStart is what RunConfig.OnSet is told of a version set's run.
@@ -73,9 +70,8 @@ type SetStart struct {
 // with an error. When ctx ends it stops after the cell it is in and
 // returns what ran.
 func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, error) {
-	r := setsRun{cfg: cfg, cells: cells, table: cmp.Or(cfg.table, &table), ran: map[string]string{},
-		out: SetResults{Walls: map[string]time.Duration{}}}
-	if _, err := r.table.place(cells, "", cfg.Replicas); err != nil {
+	r := setsRun{cfg: cfg, cells: cells, ran: map[string]string{}, out: SetResults{Walls: map[string]time.Duration{}}}
+	if _, err := table.place(cells, "", cfg.Replicas); err != nil {
 		return SetResults{}, err
 	}
 	sets := cfg.Sets
@@ -111,7 +107,6 @@ func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, erro
 type setsRun struct {
 	cfg     RunConfig // defaults applied
 	cells   []Cell
-	table   *Table
 	several bool
 	// ran maps each version set that ran to the one asked for.
 	ran map[string]string
@@ -135,7 +130,7 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 		return nil
 	}
 	r.ran[have] = asked
-	scs, err := r.table.place(r.cells, have, cfg.Replicas)
+	scs, err := table.place(r.cells, have, cfg.Replicas)
 	if err != nil {
 		return err
 	}
@@ -177,7 +172,7 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 // place returns the scenario of each cell on the version set set,
 // expecting what t says there, with replicas replicas each when it is not
 // 0. The error is the first cell's that is not valid.
-func (t *Table) place(cells []Cell, set string, replicas int) ([]scenarios.Scenario, error) {
+func (t Table) place(cells []Cell, set string, replicas int) ([]scenarios.Scenario, error) {
 	out := make([]scenarios.Scenario, len(cells))
 	for i, c := range cells {
 		c.Versions = set
