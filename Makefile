@@ -36,7 +36,7 @@ BENCH_FLAGS ?=
 ## pooling, medians of 3 runs, on a native stack (about 10 min; not part of
 ## make test). BENCH_FLAGS="-h" lists the knobs, -history and -explain among them.
 bench:
-	$(GO) run ./worker/internal/bench $(BENCH_FLAGS)
+	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 
 ## images: build the local Postgres and PgBouncer images of every version set
 ## from Debian packages (IMAGE_SETS=pg15-pgbouncer1.18 for one). The docker

@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/doublerun/doublerun/scenarios/fault"
 )
 
 // ParseScenario reads a scenario written as data: a JSON object in the
@@ -136,7 +134,9 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 		return Scenario{}, errors.New(strings.Join(errs, "; "))
 	}
 	sc.Name = cmp.Or(sc.Name, fallbackName)
-	if err := sc.checkFields(); err != nil {
+	// What the JSON holds is Validate's to judge; its complaints name
+	// their fields, on one line as every complaint here.
+	if err := sc.Validate(); err != nil {
 		return Scenario{}, err
 	}
 	return sc, nil
@@ -144,60 +144,6 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 
 // scenarioFields are the JSON fields of a Scenario, in its order.
 var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "expect"}
-
-// checkFields is Validate with each complaint naming its field, on one
-// line.
-func (s Scenario) checkFields() error {
-	d := s.WithDefaults()
-	var errs []string
-	bad := func(field string, err error) { errs = append(errs, fmt.Sprintf("field %q: %v", field, err)) }
-	if s.Name == "" {
-		bad("name", errors.New("missing; name the scenario (its reports go under that name)"))
-	} else if strings.ContainsAny(s.Name, `\`) || strings.Contains(s.Name, "..") {
-		bad("name", fmt.Errorf("%q cannot name a report directory; use letters, digits, '-' and '/'", s.Name))
-	}
-	if s.Strategy == "" {
-		bad("strategy", fmt.Errorf("missing; one of %s", strings.Join(StrategyNames(), ", ")))
-	} else if _, ok := lookupStrategy(s.Strategy); !ok {
-		bad("strategy", fmt.Errorf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
-	}
-	if s.Topology.Kind == "" {
-		bad("topology.kind", fmt.Errorf("missing; one of %s", topologyNames()))
-	} else if _, err := ParseTopology(string(s.Topology.Kind)); err != nil {
-		bad("topology.kind", err)
-	} else if s.Topology.PoolSize != 0 && !s.Topology.Kind.transactionPooled() {
-		bad("topology.pool_size", fmt.Errorf("topology %s has no transaction pool; leave pool_size out", s.Topology.Kind))
-	}
-	switch s.Expect {
-	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans:
-	case "":
-		bad("expect", errors.New("missing; one of safe, reproduces, fenced, reproduces-or-orphans"))
-	default:
-		bad("expect", fmt.Errorf("unknown expectation %q; valid: safe, reproduces, fenced, reproduces-or-orphans", s.Expect))
-	}
-	if err := fault.CheckName(d.Fault); err != nil {
-		bad("fault", err)
-	} else if len(errs) == 0 {
-		if f, ok := fault.Lookup(d.Fault); ok && !f.Available(d.FaultSetting()) {
-			bad("fault", fmt.Errorf("%s does not apply to strategy %s on topology %s; pick another fault or topology", d.Fault, d.Strategy, d.Topology))
-		}
-	}
-	if len(errs) > 0 {
-		return errors.New(strings.Join(errs, "; "))
-	}
-	// The ranges of the numbers are Validate's; its errors name their
-	// fields (FieldError). On one line, as every complaint here.
-	if err := s.Validate(); err != nil {
-		var lines []string
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				lines = append(lines, e.Error())
-			}
-		}
-		return errors.New(strings.Join(lines, "; "))
-	}
-	return nil
-}
 
 // jsonProblem says in a user's words why data is not the JSON expected:
 // where it stops being JSON, or what kind of value it holds instead of an

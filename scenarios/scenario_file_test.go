@@ -170,3 +170,46 @@ func TestValidateHoldsEveryBound(t *testing.T) {
 	fe := &FieldError{Field: "duration", Value: "2h0m0s", Problem: "is above 1h: why; use 1s to 1h"}
 	require.Equal(t, "--duration 2h0m0s is above 1h: why; use 1s to 1h", fe.Flag("duration"))
 }
+
+// Every complaint of Validate is a FieldError naming its field, so a file
+// reader and a command line can each say where it is; a scenario with
+// several wrong fields gets them all, in the order of the fields.
+func TestValidateTagsEveryComplaintWithItsField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		sc    Scenario
+		field string
+	}{
+		{"MissingName", Scenario{Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, "name"},
+		{"NameOutsideTheReports", Scenario{Name: "../x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, "name"},
+		{"UnknownStrategy", Scenario{Name: "x", Strategy: "zookeeper", Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, "strategy"},
+		{"UnknownTopology", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: "mesh"}, Expect: ExpectSafe}, "topology.kind"},
+		{"RefusedTopology", Scenario{Name: "x", Strategy: StrategyAdvisoryWait, Topology: Topology{Kind: Transaction}, Expect: ExpectSafe}, "topology.kind"},
+		{"PoolSizeWithoutPool", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Session, PoolSize: 2}, Expect: ExpectSafe}, "topology.pool_size"},
+		{"UnknownFault", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Fault: "METEOR", Expect: ExpectSafe}, "fault"},
+		{"FaultDoesNotApply", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Fault: "PGBOUNCER_KILL", Expect: ExpectSafe}, "fault"},
+		{"MissingExpect", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}}, "expect"},
+		{"UnknownExpect", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Expect: "maybe"}, "expect"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.sc.Validate()
+			require.Error(t, err)
+			fes := FieldErrors(err)
+			require.Len(t, fes, 1, "one complaint: %v", err)
+			require.Equal(t, tc.field, fes[0].Field)
+			require.Equal(t, fes[0].Error(), err.Error())
+		})
+	}
+	all := Scenario{Strategy: "zookeeper", Topology: Topology{Kind: "mesh"}, Replicas: 99, Fault: "METEOR"}
+	var fields []string
+	for _, fe := range FieldErrors(all.Validate()) {
+		fields = append(fields, fe.Field)
+	}
+	require.Equal(t, []string{"name", "strategy", "topology.kind", "replicas", "fault", "expect"}, fields)
+	// The fault's own traits decide whether it applies: with the strategy
+	// unknown there is nothing to say about them.
+	unknown := Scenario{Name: "x", Strategy: "zookeeper", Topology: Topology{Kind: Direct}, Fault: "PGBOUNCER_KILL", Expect: ExpectSafe}
+	require.Len(t, FieldErrors(unknown.Validate()), 1)
+}

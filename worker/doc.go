@@ -190,7 +190,7 @@
 //
 // `make bench` measures jobs/s and jobs per CPU-second over batch sizes,
 // backlogs and topologies, and -history drains a backlog in segments; see
-// worker/internal/bench and the README.
+// cmd/bench and the README.
 //
 // # At least once, never exactly once
 //

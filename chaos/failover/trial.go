@@ -11,25 +11,22 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/fault"
 )
 
-// The faults a trial injects into the leader, named as in the chaos
-// catalog (package scenarios/fault).
-const (
-	// KillLeader: the leader is a child process (this binary, started
-	// again), killed with SIGKILL; the kernel closes its sockets.
-	KillLeader = "KILL_LEADER"
-	// TerminateLeaderBackend: pg_terminate_backend of the leader's lease
-	// backend; the leader lives on and keeps calling, so the first Leader
-	// may be its own.
-	TerminateLeaderBackend = "TERMINATE_LEADER_BACKEND"
-	// GracefulHandover: the leader stops calling and closes its lease,
-	// which releases it; measured from the start of Close.
-	GracefulHandover = "GRACEFUL_HANDOVER"
-)
-
-// Faults lists them, in table order.
-var Faults = []string{KillLeader, TerminateLeaderBackend, GracefulHandover}
+// Faults are the faults a trial injects into the leader, named and
+// defined by the chaos catalog (package scenarios/fault), in table order:
+//
+//	KILL_LEADER               the leader is a child process (this binary,
+//	                          started again), killed with SIGKILL; the
+//	                          kernel closes its sockets
+//	TERMINATE_LEADER_BACKEND  pg_terminate_backend of the leader's lease
+//	                          backend; the leader lives on and keeps
+//	                          calling, so the first Leader may be its own
+//	GRACEFUL_HANDOVER         the leader stops calling and closes its
+//	                          lease, which releases it; measured from the
+//	                          start of Close
+var Faults = []string{fault.KillLeader.Name(), fault.TerminateLeaderBackend.Name(), fault.GracefulHandover.Name()}
 
 // CheckFault returns nil for a fault of Faults, else an error that lists
 // them.
@@ -61,7 +58,7 @@ type Outcome struct {
 	Woken bool
 }
 
-// Trial measures one failover: from the instant fault is injected into
+// Trial measures one failover: from the instant faultName is injected into
 // the leader until a replica's call returns Leader, on this process's
 // monotonic clock, and whether that call was under way at the fault
 // (Outcome.Woken). Two replicas run, the leader ("a") and a survivor
@@ -70,8 +67,8 @@ type Outcome struct {
 // to start waiting. admin is a direct connection to spec's database, from
 // which the leader's backend is found and terminated. Every lease the
 // trial opens is closed, and its child process killed, before it returns.
-func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (Outcome, error) {
-	if err := CheckFault(fault); err != nil {
+func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, faultName string) (Outcome, error) {
+	if err := CheckFault(faultName); err != nil {
 		return Outcome{}, err
 	}
 	trialCtx, stopAll := context.WithCancel(ctx)
@@ -87,7 +84,7 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (Outco
 		stopLeader = func() {}
 		leaderDone = make(chan struct{})
 	)
-	if fault == KillLeader {
+	if faultName == fault.KillLeader.Name() {
 		var err error
 		if kid, err = startChild(trialCtx, spec.As("a")); err != nil {
 			return Outcome{}, err
@@ -129,20 +126,20 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (Outco
 		return Outcome{}, err
 	}
 	var start time.Time
-	switch fault {
-	case GracefulHandover:
+	switch faultName {
+	case fault.GracefulHandover.Name():
 		stopLeader()
 		<-leaderDone
 		start = time.Now()
 		if err := leader.Close(ctx); err != nil {
 			return Outcome{}, fmt.Errorf("release: %w", err)
 		}
-	case KillLeader:
+	case fault.KillLeader.Name():
 		start = time.Now()
 		if err := kid.kill(); err != nil {
 			return Outcome{}, fmt.Errorf("kill the leader: %w", err)
 		}
-	case TerminateLeaderBackend:
+	case fault.TerminateLeaderBackend.Name():
 		var pid int32
 		if err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
 			spec.As("a").AppName()).Scan(&pid); err != nil {
@@ -175,7 +172,7 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (Outco
 				return Outcome{Latency: o.ended.Sub(start), Woken: o.started.Before(start)}, nil
 			}
 		case <-deadline.C:
-			return Outcome{}, fmt.Errorf("%s/%s: no leader %s after the fault", spec.Strategy, fault, giveUp)
+			return Outcome{}, fmt.Errorf("%s/%s: no leader %s after the fault", spec.Strategy, faultName, giveUp)
 		case <-ctx.Done():
 			return Outcome{}, ctx.Err()
 		}

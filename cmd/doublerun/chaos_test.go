@@ -90,7 +90,7 @@ func TestChaosBadInputGetsOneLine(t *testing.T) {
 		{"BadPoolSizeInEnv", []string{"CHAOS_POOL_SIZES=2,x"}, nil, 2,
 			`doublerun chaos: CHAOS_POOL_SIZES: pool size "x": need a whole number from 1 to 16, such as 1,2,4`},
 		{"FaultDoesNotApply", nil, []string{"--fault", "TERMINATE_LEADER_BACKEND", "--strategy", "fenced", "--topology", "transaction"}, 2,
-			"doublerun chaos: fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
+			"doublerun chaos: --fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction(pool=1); pick another fault or topology"},
 		{"StrategyRefusesTopology", nil, []string{"--strategy", "advisory-wait"}, 2,
 			"doublerun chaos: strategy advisory-wait refuses topology transaction: a waiting follower holds its server connection while it waits, so lease.Advisory with Wait refuses a transaction-pooled endpoint; use direct, session or pinned"},
 		{"UnexpectedArgument", nil, []string{"all"}, 2, `doublerun chaos: unexpected argument "all"; this command takes only the flags listed below`},
@@ -110,8 +110,8 @@ func TestChaosCellsSelection(t *testing.T) {
 	cells, err := chaosCells("", "", "", "")
 	require.NoError(t, err)
 	require.Len(t, cells, 35, "every strategy and fault on the transaction topology")
-	for _, sc := range cells {
-		require.Equal(t, scenarios.Transaction, sc.Topology.Kind)
+	for _, c := range cells {
+		require.Equal(t, scenarios.Transaction, c.Topology)
 	}
 	cells, err = chaosCells("", "", "", "direct, pinned")
 	require.NoError(t, err)
@@ -122,9 +122,11 @@ func TestChaosCellsSelection(t *testing.T) {
 	cells, err = chaosCells("FREEZE_LEADER", "", "", "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"advisory/transaction/FREEZE_LEADER", "advisory-unguarded/transaction/FREEZE_LEADER", "fenced/transaction/FREEZE_LEADER"},
-		[]string{cells[0].Name, cells[1].Name, cells[2].Name})
+		[]string{cells[0].Name(), cells[1].Name(), cells[2].Name()})
 	cells, err = chaosCells("none", "advisory", "pinned", "")
 	require.NoError(t, err)
 	require.Len(t, cells, 1)
-	require.Equal(t, scenarios.ExpectSafe, cells[0].Expect)
+	sc, err := cells[0].Scenario()
+	require.NoError(t, err)
+	require.Equal(t, scenarios.ExpectSafe, sc.Expect)
 }

@@ -182,22 +182,27 @@ func replicasOf(fs *flagSet, n int) (int, error) {
 // is named as that flag (flagOf maps a field to its flag name); the
 // complaints are one line.
 func validate(sc scenarios.Scenario, flagOf map[string]string) error {
-	err := sc.Validate()
+	return flagged(sc.Validate(), flagOf)
+}
+
+// flagged is err, a usage error, with each of Validate's complaints about
+// a field that a flag set named as that flag (flagOf maps a field to its
+// flag name); nil for nil.
+func flagged(err error, flagOf map[string]string) error {
 	if err == nil {
 		return nil
 	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
+	fes := scenarios.FieldErrors(err)
+	if len(fes) == 0 {
+		return usageError{err.Error()}
 	}
 	var msgs []string
-	for _, e := range errs {
-		var fe *scenarios.FieldError
-		if errors.As(e, &fe) && flagOf[fe.Field] != "" {
+	for _, fe := range fes {
+		if flagOf[fe.Field] != "" {
 			msgs = append(msgs, fe.Flag(flagOf[fe.Field]))
 			continue
 		}
-		msgs = append(msgs, e.Error())
+		msgs = append(msgs, fe.Error())
 	}
 	return usageError{strings.Join(msgs, "; ")}
 }

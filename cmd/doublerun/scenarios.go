@@ -33,7 +33,6 @@ func listCommand() command {
 			tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SCENARIO\tSTRATEGY\tTOPOLOGY\tEXPECT\tDESCRIPTION")
 			for _, s := range scenarios.All() {
-				s = s.WithDefaults()
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.Strategy, s.Topology, s.Expect, s.Description)
 			}
 			return tw.Flush()
@@ -85,7 +84,7 @@ func runCommand() command {
 			flagOf := map[string]string{}
 			if fs.isSet("duration") {
 				if *duration == 0 {
-					return usageError{fmt.Sprintf("--duration 0s is not a duration to measure; leave it out for the scenario's own (%s)", sc.WithDefaults().Duration)}
+					return usageError{fmt.Sprintf("--duration 0s is not a duration to measure; leave it out for the scenario's own (%s)", cmp.Or(sc.Duration, scenarios.DefaultDuration))}
 				}
 				sc.Duration, flagOf["duration"] = *duration, "duration"
 			}

@@ -83,18 +83,18 @@ func TestVersionsBadInputGetsOneLine(t *testing.T) {
 func TestChaosMergePrintsAndWritesTheSummary(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	cell := func(name string, pass bool) report.Cell {
+	cell := func(name string, pass bool) report.Result {
 		sc := scenarios.Scenario{Name: "fenced/transaction/" + name, Strategy: "fenced", Fault: name, Expect: scenarios.ExpectSafe,
 			Topology: scenarios.Topology{Kind: scenarios.Transaction, PoolSize: 1}}
-		return report.Cell{Scenario: sc, Versions: "pg17-pgbouncer1.24", Report: &scenarios.Report{Scenario: sc,
+		return report.Result{Scenario: sc, Versions: "pg17-pgbouncer1.24", Report: &scenarios.Report{Scenario: sc,
 			Stack:   scenarios.StackInfo{Provider: "docker", Versions: scenarios.VersionsInfo{Set: "pg17-pgbouncer1.24", Postgres: "17.12", PgBouncer: "1.24.1"}},
 			Metrics: oracle.Metrics{Leaderless: oracle.Window{Total: oracle.Duration(time.Second)}},
 			Verdict: scenarios.Verdict{Expect: scenarios.ExpectSafe, Pass: pass, Reason: "because"}}}
 	}
-	for i, c := range []report.Cell{cell("KILL_LEADER", true), cell("none", false)} {
+	for i, c := range []report.Result{cell("KILL_LEADER", true), cell("none", false)} {
 		dir := filepath.Join(root, []string{"a", "b"}[i])
 		require.NoError(t, report.Write(dir, c.Report))
-		require.NoError(t, report.WriteCells(dir, report.Run{Versions: "pg17-pgbouncer1.24", Shard: i + 1, Shards: 2, Total: 2, Wall: time.Minute, Cells: []report.Cell{c}, Index: []int{i}}))
+		require.NoError(t, report.WriteCells(dir, report.ShardResults{Versions: "pg17-pgbouncer1.24", Shard: i + 1, Shards: 2, Total: 2, Wall: time.Minute, Results: []report.Result{c}, Index: []int{i}}))
 	}
 	// --out before the directories, between them or after them.
 	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")

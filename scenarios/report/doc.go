@@ -1,12 +1,12 @@
 // Package report is where a run's measurements become something to read:
 // report.json, report.md and timeline.svg per run (Write, Markdown, SVG),
-// the progress line (Line), the chaos matrix's summary table (Cell,
+// the progress line (Line), the chaos matrix's summary table (Result,
 // Summary, WriteSummary) and the #556 reproduction's text (Repro556).
 //
 // The runner, package scenarios, returns a Report as data and writes no
 // file; the callers (the CLI, the chaos matrix, the reproductions) write
 // through this package. Every judgement is one scenarios.Verdict, whose
-// Err the CLI returns: a run's (Report.Verdict), a cell's (Cell.Verdict,
+// Err the CLI returns: a run's (Report.Verdict), a cell's (Result.Verdict,
 // which fails a cell that could not run as designed), a matrix's
 // (Verdict) and the #556 reproduction's (Repro556Result.Verdict).
 package report

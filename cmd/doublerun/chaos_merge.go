@@ -1,97 +1,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/doublerun/doublerun/chaos"
-	"github.com/doublerun/doublerun/scenarios"
-	"github.com/doublerun/doublerun/scenarios/report"
 )
-
-// matrixRun is `doublerun chaos` across version sets: one stack per set,
-// its shard of the cells, and what every set's run gave.
-type matrixRun struct {
-	e             *env
-	cells         []scenarios.Scenario
-	out           string
-	shard, shards int
-	several       bool
-
-	results []report.Cell
-	walls   map[string]time.Duration
-	planned int
-	// ran maps each version set that ran to the one asked for, so that a
-	// provider that runs the same servers whatever is asked (native) does
-	// not run them twice.
-	ran map[string]string
-}
-
-// runOn runs the shard of the cells on a stack of the version set set.
-func (m *matrixRun) runOn(ctx context.Context, set string) error {
-	s, closeStack, err := startStackOn(ctx, m.e, set)
-	if err != nil {
-		return err
-	}
-	defer closeStack()
-	have := s.Versions().Set
-	if m.ran == nil {
-		m.ran = map[string]string{}
-	}
-	if asked, done := m.ran[have]; done {
-		fmt.Fprintf(m.e.stdout, "chaos: %s: the %s provider runs %s, which already ran for %s; skipped\n", set, s.Provider(), have, asked)
-		return nil
-	}
-	m.ran[have] = set
-	cells := chaos.OnVersions(m.cells, have)
-	index := chaos.Shard(cells, m.shard, m.shards)
-	picked := make([]scenarios.Scenario, len(index))
-	for k, i := range index {
-		picked[k] = cells[i]
-	}
-	m.planned += len(picked)
-	dir := m.out
-	if dir != "" && m.several {
-		dir = filepath.Join(m.out, set)
-	}
-	shardText := ""
-	if m.shards > 1 {
-		shardText = fmt.Sprintf(", shard %d/%d of %d", m.shard, m.shards, len(cells))
-	}
-	fmt.Fprintln(m.e.stdout, versionsLine(s))
-	replicas := 0
-	if len(picked) > 0 {
-		replicas = picked[0].WithDefaults().Replicas
-	}
-	fmt.Fprintf(m.e.stdout, "chaos: %d cell(s)%s, %d replicas each, reports in %s\n", len(picked), shardText, replicas, orNone(dir))
-	begin := time.Now()
-	results := chaos.RunMatrix(ctx, picked, scenarios.RunOptions{Stack: s, OutDir: dir, Logger: m.e.log},
-		func(done, total int, c report.Cell) {
-			fmt.Fprintf(m.e.stdout, "[%d/%d] %s\n", done, total, c.Line())
-		})
-	wall := time.Since(begin)
-	for i := range results {
-		results[i].Versions = have
-	}
-	// As report.json holds them, so that this summary and a merge of
-	// this directory agree to the character.
-	results = report.Canonical(results)
-	m.results = append(m.results, results...)
-	m.walls[have] += wall
-	if dir == "" {
-		return nil
-	}
-	run := report.Run{Versions: have, Shard: m.shard, Shards: m.shards, Total: len(cells), Wall: wall, Cells: results, Index: index[:len(results)]}
-	if err := report.WriteCells(dir, run); err != nil {
-		return err
-	}
-	return report.WriteSummary(dir, results, wall)
-}
 
 func writeFile(path, text string) error {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -146,7 +63,7 @@ func chaosMerge(e *env, args []string) error {
 		return err
 	}
 	defer dropEmptyOut()
-	m, err := report.MergeDirs(dirs...)
+	m, err := chaos.MergeDirs(dirs...)
 	if err != nil {
 		return err
 	}
@@ -157,7 +74,7 @@ func chaosMerge(e *env, args []string) error {
 			return err
 		}
 	}
-	if err := report.Verdict(m.Cells).Err(); err != nil {
+	if err := m.Verdict().Err(); err != nil {
 		return fmt.Errorf("%w; see the table above", err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -28,13 +29,13 @@ func TestParsePoolSizes(t *testing.T) {
 
 // Every cell with a transaction pool runs once per size; the others once.
 // A size above 1 names its cell after the size and expects what the
-// pool-size table says, else what the grid says.
+// table says at that size.
 func TestAtPoolSizes(t *testing.T) {
 	t.Parallel()
 	cells := Matrix(scenarios.Direct, scenarios.Transaction)
 	direct, tx := 0, 0
 	for _, c := range cells {
-		if c.Topology.Kind == scenarios.Direct {
+		if c.Topology == scenarios.Direct {
 			direct++
 		} else {
 			tx++
@@ -44,38 +45,38 @@ func TestAtPoolSizes(t *testing.T) {
 	require.Len(t, got, direct+3*tx)
 	seen := map[string]bool{}
 	for _, c := range got {
-		require.False(t, seen[c.Name], "one cell per name: %s", c.Name)
-		seen[c.Name] = true
-		want, ok := ExpectAt(c.Strategy, c.Topology.Kind, c.Fault, c.Topology.PoolSize)
-		require.True(t, ok, c.Name)
-		require.Equal(t, want, c.Expect, c.Name)
-		require.NoError(t, c.Validate(), c.Name)
+		require.False(t, seen[c.Name()], "one cell per name: %s", c.Name())
+		seen[c.Name()] = true
+		sc, err := c.Scenario()
+		require.NoError(t, err, c.Name())
+		want, ok := Expect(c)
+		require.True(t, ok, c.Name())
+		require.Equal(t, want.Expect, sc.Expect, c.Name())
+		require.Equal(t, c.Name(), sc.Name)
+		if c.Topology == scenarios.Direct {
+			require.Zero(t, c.PoolSize, "a pool size means nothing on direct")
+		}
 	}
-	c, err := CellAt(scenarios.StrategyAdvisory, scenarios.Transaction, fault.KillLeader.Name(), 4)
-	require.NoError(t, err)
-	require.Equal(t, "advisory/transaction-pool4/KILL_LEADER", c.Name)
-	require.Equal(t, 4, c.Topology.PoolSize)
+	require.Contains(t, seen, "advisory/transaction-pool4/KILL_LEADER")
 	require.Equal(t, AtPoolSizes(cells, DefaultPoolSizes), cells, "the default changes nothing")
 }
 
-// The pool-size table names only sizes above 1, faults of the catalog,
-// strategies of the matrix and topologies with a transaction pool, and
-// only cells that exist.
-func TestPoolGridIsWellFormed(t *testing.T) {
+func TestCellDurationHoldsTheFault(t *testing.T) {
 	t.Parallel()
-	for size, blocks := range poolGrid {
-		require.Greater(t, size, 1)
-		require.LessOrEqual(t, size, MaxPoolSize)
-		for f, rows := range blocks {
-			require.Contains(t, columns(), f)
-			for s, row := range rows {
-				require.Contains(t, Strategies, s)
-				for topo := range row {
-					require.True(t, sized(topo), "%d/%s/%s/%s", size, f, s, topo)
-					_, ok := Expect(s, topo, f)
-					require.True(t, ok, "%d/%s/%s/%s is no cell of the grid", size, f, s, topo)
-				}
-			}
-		}
+	for _, tc := range []struct {
+		fault string
+		want  time.Duration
+	}{
+		{"none", 5 * time.Second},
+		{"KILL_LEADER", 5 * time.Second},
+		{"FREEZE_LEADER", 9 * time.Second},
+		{"PGBOUNCER_PAUSE", 9 * time.Second},
+	} {
+		sc, err := Cell{Strategy: "fenced", Topology: scenarios.Transaction, Fault: tc.fault}.Scenario()
+		require.NoError(t, err)
+		require.Equal(t, tc.want, sc.Duration, tc.fault)
+		require.Equal(t, tc.want, CellDuration(sc), tc.fault)
 	}
+	require.Equal(t, 3*time.Second, fault.Hold(scenarios.Scenario{}.FaultSetting()), "TTL 2s + 1s")
+	require.Equal(t, 45*time.Second, fault.Hold(scenarios.Scenario{TTL: 30 * time.Second}.FaultSetting()))
 }
