@@ -34,9 +34,9 @@ BENCH_FLAGS ?=
 ## bench: the worker's throughput, jobs/s and jobs per CPU-second, for batch
 ## sizes 10, 100, 1000 x backlogs 10^4, 10^5, 10^6 x direct and transaction
 ## pooling, medians of 3 runs, on a native stack (about 10 min; not part of
-## make test). BENCH_FLAGS="-h" lists the knobs, -history and -explain among them.
+## make test). BENCH_FLAGS="--help" lists the knobs, --history and --explain among them.
 bench:
-	$(GO) run ./cmd/bench $(BENCH_FLAGS)
+	$(GO) run ./cmd/doublerun bench $(BENCH_FLAGS)
 
 ## images: build the local Postgres and PgBouncer images of every version set
 ## from Debian packages (IMAGE_SETS=pg15-pgbouncer1.18 for one). The docker

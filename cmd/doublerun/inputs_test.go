@@ -47,6 +47,14 @@ func TestEachInputGetsItsExitCodeAndFirstLine(t *testing.T) {
 		first string
 		usage string // the start of the usage that follows the line; "" for none
 	}{
+		{"BenchNoRuns", noStack, []string{"bench", "--runs", "0"}, 2,
+			"doublerun bench: --runs must be at least 1, got 0", "Usage: doublerun bench"},
+		{"BenchUnknownTopology", noStack, []string{"bench", "--topologies", "direct,session"}, 2,
+			`doublerun bench: --topologies: "session" is neither direct nor transaction`, "Usage: doublerun bench"},
+		{"BenchHistoryAndExplain", noStack, []string{"bench", "--history", "--explain"}, 2,
+			"doublerun bench: --history and --explain are separate runs; pass one", "Usage: doublerun bench"},
+		{"BenchBadBatches", noStack, []string{"bench", "--batches", "10,x"}, 2,
+			`doublerun bench: --batches: "x" is not a positive whole number`, "Usage: doublerun bench"},
 		{"DurationFarTooLong", noStack, []string{"run", "--scenario", "issue-556-pinned", "--duration", "1000000h"}, 2,
 			"doublerun run: --duration 1000000h is above 1h: a longer run is more often a typo than a plan (1000000h is 114 years), and its report keeps every piece of work; use 1s to 1h",
 			"Usage: doublerun run"},

@@ -71,6 +71,7 @@ func commands() []command {
 		reproCommand(),
 		chaosCommand(),
 		failoverCommand(),
+		benchCommand(),
 		stackCommand(),
 		mutationCommand(),
 		versionCommand(),

@@ -33,8 +33,8 @@ func TestFromEnvNamesTheBadVariable(t *testing.T) {
 			`DOUBLERUN_TRANSACTION_POOL_SIZE="1000000" is not a pool size from 1 to 16 (a run has at most 8 replicas with 2 work connections each, so a larger pool changes nothing); unset it or set one such as 1`},
 		{"ProviderInOptions", Options{Provider: "kubernetes"}, nil, "",
 			`unknown provider "kubernetes"; use auto, docker, native or external`},
-		{"PoolSizeInOptions", Options{TransactionPoolSize: 17}, nil, "",
-			`transaction pool size: 17 is not from 1 to 16; a run has at most 8 replicas with 2 work connections each, so a larger pool changes nothing`},
+		{"PoolSizeInOptions", Options{TransactionPoolSize: -3}, nil, "",
+			`transaction pool size -3 is below 1`},
 		{"VersionSetInOptions", Options{Versions: "bogus"}, nil, "",
 			`unknown version set "bogus"; use one of pg15-pgbouncer1.18, pg17-pgbouncer1.24`},
 	} {
