@@ -134,7 +134,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"MinEfficacyAbove100", []string{"mutation", "gate", "--report", "x.json", "--min-efficacy", "150"},
 			"doublerun mutation: --min-efficacy must be a percentage from 0 to 100, not 150"},
 		{"HelpUnknownCommand", []string{"help", "nope"},
-			`doublerun help: unknown command "nope"; valid commands: chaos, failover, list, mutation, repro, run, stack, version`},
+			`doublerun help: unknown command "nope"; valid commands: bench, chaos, failover, list, mutation, repro, run, stack, version`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
