@@ -6,12 +6,13 @@ PKGS     ?= ./...
 # Packages whose tests are about the stack itself; CI runs them once per
 # provider.
 STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
-# -p 1: one package at a time. Each package's tests start servers and time
-# failovers and takeovers; two packages at once on two cores (with Docker
-# on fuse-overlayfs) stretched those timings past their bounds in CI.
-TEST_FLAGS ?= -race -count=1 -timeout 30m -p 1
+# -p 4: four test binaries at once. Most of a package's time is spent
+# waiting on servers and on scenarios that run for seconds, so on two cores
+# four packages at once keep the CPU busy; the tests bound no time they do
+# not take from a measured distribution, and wait on events otherwise.
+TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4
 
-.PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-guards chaos failover repro-backend-loss repro-paused-holder
+.PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-ci mutation-guards chaos failover repro-backend-loss repro-paused-holder
 
 all: lint build test
 
@@ -23,26 +24,26 @@ build:
 export DOUBLERUN_TEST_REPORTS ?= $(CURDIR)/reports/test
 
 ## test: every test, race detector on, nothing cached. The stack route is
-## picked (and images built or packages installed) once, up front. Then
-## every report the tests wrote is checked: each figure recomputed from
-## its history.
+## picked (and images built or packages installed) once, up front, and one
+## stack is shared by every test binary (scenarios/stack/internal/prepare);
+## tests of the providers and tests that restart servers start their own.
+## Then every report the tests wrote is checked: each figure recomputed
+## from its history.
 test:
-	$(GO) run ./scenarios/stack/internal/prepare
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+	$(GO) run ./scenarios/stack/internal/prepare -warm "$(GO) list -race -deps -test -export $(PKGS)" -- $(GO) test $(TEST_FLAGS) $(PKGS)
 	$(GO) run ./cmd/doublerun check $(DOUBLERUN_TEST_REPORTS)
 
 ## test-stack: the stack, pgbouncer and CLI tests only.
 test-stack:
-	$(GO) run ./scenarios/stack/internal/prepare
-	$(GO) test $(TEST_FLAGS) $(STACK_PKGS)
+	$(GO) run ./scenarios/stack/internal/prepare -- $(GO) test $(TEST_FLAGS) $(STACK_PKGS)
 
 BENCH_FLAGS ?=
 ## bench: the worker's throughput, jobs/s and jobs per CPU-second, for batch
 ## sizes 10, 100, 1000 x backlogs 10^4, 10^5, 10^6 x direct and transaction
 ## pooling, medians of 3 runs, on a native stack (about 10 min; not part of
-## make test). BENCH_FLAGS="-h" lists the knobs, -history and -explain among them.
+## make test). BENCH_FLAGS="--help" lists the knobs, --history and --explain among them.
 bench:
-	$(GO) run ./worker/internal/bench $(BENCH_FLAGS)
+	$(GO) run ./cmd/doublerun bench $(BENCH_FLAGS)
 
 ## images: build the local Postgres and PgBouncer images of every version set
 ## from Debian packages (IMAGE_SETS=pg15-pgbouncer1.18 for one). The docker
@@ -91,14 +92,21 @@ REPRO_VERSIONS ?=
 repro-556:
 	$(GO) run ./cmd/doublerun repro 556 --out reports/repro-556 --versions "$(REPRO_VERSIONS)"
 
+## mutation-ci: the gate of every submission (.ci/run runs it): gremlins on
+## the lines changed since testdata/mutation/record.json's base, on one
+## shard of lease and worker in turn and on all of scenarios/oracle, then
+## every named guard, on one shared stack (doublerun mutation ci).
+mutation-ci:
+	$(GO) run ./cmd/doublerun mutation ci
+
 ## mutation-guards: every named guard mutant in testdata/mutation must be
 ## killed by its tests (go test -overlay; the tree is never touched).
 mutation-guards:
 	$(GO) run ./cmd/doublerun mutation guards
 
-## mutation: gremlins on lease, worker and scenarios/oracle, gated per
-## package against testdata/mutation/baseline.json, on one shared stack
-## (mutation/run.sh; lease alone took 21 min here, see README).
+## mutation: gremlins on every mutant of lease, worker and scenarios/oracle,
+## gated against testdata/mutation/baseline.json and equivalents.json; a
+## pass on a clean tree writes testdata/mutation/record.json (mutation/run.sh).
 mutation:
 	bash mutation/run.sh
 

@@ -19,12 +19,14 @@ import (
 // fakeRun is what a matrix run on one version set could have given: every
 // cell with figures to the nanosecond (as a run measures them), some
 // failed, one that could not run, one with a repair note.
-func fakeRun(t *testing.T, set string, seed uint64) []report.Cell {
+func fakeRun(t *testing.T, set string, seed uint64) []report.Result {
 	t.Helper()
 	rnd := rand.New(rand.NewPCG(seed, 1))
-	var out []report.Cell
-	for i, sc := range MatrixOn(set) {
-		c := report.Cell{Scenario: sc.WithDefaults(), Wall: time.Duration(rnd.Int64N(int64(20 * time.Second))), Versions: set}
+	var out []report.Result
+	scs, err := table.place(Matrix(), set, 0)
+	require.NoError(t, err)
+	for i, sc := range scs {
+		c := report.Result{Scenario: sc.WithDefaults(), Wall: time.Duration(rnd.Int64N(int64(20 * time.Second))), Versions: set}
 		if i == 7 {
 			c.Err = errors.New("no replica became leader\nreplica logs: ...")
 			out = append(out, c)
@@ -53,14 +55,14 @@ func fakeRun(t *testing.T, set string, seed uint64) []report.Cell {
 }
 
 // writeRun writes cells as `doublerun chaos --shard i/n --out dir` does.
-func writeRun(t *testing.T, dir, set string, all []report.Cell, i, n int, wall time.Duration) {
+func writeRun(t *testing.T, dir, set string, all []report.Result, i, n int, wall time.Duration) {
 	t.Helper()
 	var scs []scenarios.Scenario
 	for _, c := range all {
 		scs = append(scs, c.Scenario)
 	}
 	index := Shard(scs, i, n)
-	var cells []report.Cell
+	var cells []report.Result
 	for _, k := range index {
 		cells = append(cells, all[k])
 		if all[k].Report != nil {
@@ -68,14 +70,14 @@ func writeRun(t *testing.T, dir, set string, all []report.Cell, i, n int, wall t
 		}
 	}
 	cells = report.Canonical(cells)
-	require.NoError(t, report.WriteCells(dir, report.Run{Versions: set, Shard: i, Shards: n, Total: len(all), Wall: wall, Cells: cells, Index: index}))
+	require.NoError(t, report.WriteCells(dir, report.ShardResults{Versions: set, Shard: i, Shards: n, Total: len(all), Wall: wall, Results: cells, Index: index}))
 	require.NoError(t, report.WriteSummary(dir, cells, wall))
 }
 
 func TestMergingTheShardsGivesTheUnshardedSummary(t *testing.T) {
 	t.Parallel()
 	sets := []string{"pg15-pgbouncer1.18", "pg17-pgbouncer1.24"}
-	runs := map[string][]report.Cell{}
+	runs := map[string][]report.Result{}
 	for k, set := range sets {
 		runs[set] = fakeRun(t, set, uint64(k))
 	}
@@ -83,7 +85,7 @@ func TestMergingTheShardsGivesTheUnshardedSummary(t *testing.T) {
 	for _, n := range []int{2, 5} {
 		t.Run(fmt.Sprintf("Shards%d", n), func(t *testing.T) {
 			t.Parallel()
-			var all []report.Cell
+			var all []report.Result
 			walls := map[string]time.Duration{}
 			var dirs []string
 			for _, set := range sets {
@@ -101,11 +103,11 @@ func TestMergingTheShardsGivesTheUnshardedSummary(t *testing.T) {
 				}
 			}
 			for _, set := range sets {
-				m, err := report.MergeDirs(dirsOf(dirs, set)...)
+				m, err := MergeDirs(dirsOf(dirs, set)...)
 				require.NoError(t, err)
 				require.Equal(t, report.Summary(report.Canonical(runs[set]), wall), m.Summary(), "one version set")
 			}
-			m, err := report.MergeDirs(dirs...)
+			m, err := MergeDirs(dirs...)
 			require.NoError(t, err)
 			require.Equal(t, report.SummarySets(all, walls), m.Summary(), "both version sets")
 			require.Contains(t, m.Summary(), "# Chaos matrix on 2 version sets")
@@ -130,7 +132,7 @@ func TestMergeOfOneRunIsItsOwnSummary(t *testing.T) {
 	writeRun(t, dir, set, fakeRun(t, set, 9), 1, 1, 7*time.Minute)
 	written, err := os.ReadFile(filepath.Join(dir, "summary.md"))
 	require.NoError(t, err)
-	m, err := report.MergeDirs(dir)
+	m, err := MergeDirs(dir)
 	require.NoError(t, err)
 	require.Equal(t, string(written), m.Summary())
 	require.Contains(t, m.Summary(), "Versions: pg17-pgbouncer1.24 (Postgres pg17-pgbouncer1.24.1, PgBouncer 1.x); provider docker.")
@@ -147,12 +149,12 @@ func TestMergeRefusesAnIncompleteOrOverlappingSetOfShards(t *testing.T) {
 		return dir
 	}
 	one, two, three := shard(1, 3), shard(2, 3), shard(3, 3)
-	_, err := report.MergeDirs(one, three)
+	_, err := MergeDirs(one, three)
 	require.EqualError(t, err, "version set pg15-pgbouncer1.18: shard 2/3 is missing; the summary would leave its cells out")
-	_, err = report.MergeDirs(one, two, three, two)
+	_, err = MergeDirs(one, two, three, two)
 	require.EqualError(t, err, "version set pg15-pgbouncer1.18: shard 2/3 is there twice; pass each shard's directory once")
-	_, err = report.MergeDirs(one, two, three, shard(1, 2))
+	_, err = MergeDirs(one, two, three, shard(1, 2))
 	require.ErrorContains(t, err, "does not belong with shard")
-	_, err = report.MergeDirs(t.TempDir())
+	_, err = MergeDirs(t.TempDir())
 	require.ErrorContains(t, err, "no cells.json under")
 }

@@ -58,7 +58,7 @@ func reproduce(t *testing.T, sc scenarios.Scenario, broken func(*scenarios.Repor
 
 func cell(t *testing.T, strategy string, topology scenarios.TopologyKind, faultName string) scenarios.Scenario {
 	t.Helper()
-	sc, err := chaos.Cell(strategy, topology, faultName)
+	sc, err := chaos.Cell{Strategy: strategy, Topology: topology, Fault: faultName}.Scenario()
 	require.NoError(t, err)
 	return sc
 }

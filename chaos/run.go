@@ -19,8 +19,8 @@ import (
 // does not is started again (stack.Repair), and the cell's Notes say so,
 // so that one crash cannot fail every cell after it. report.Summary
 // renders the result, report.Verdict judges it.
-func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.RunOptions, progress func(done, total int, c report.Cell)) []report.Cell {
-	results := make([]report.Cell, 0, len(cells))
+func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.RunOptions, progress func(done, total int, c report.Result)) []report.Result {
+	results := make([]report.Result, 0, len(cells))
 	for i, sc := range cells {
 		if ctx.Err() != nil {
 			break
@@ -35,7 +35,7 @@ func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.R
 		if why := flaked(c); why != "" && ctx.Err() == nil {
 			// A cell that could not run, or ran with a replica fewer
 			// because one failed on its own, measured nothing it was meant
-			// to. Once is a flake (see "Findings"), twice an error.
+			// to. Once is a flake (FINDINGS.md, findings 6 and 7), twice an error.
 			c = runAgain(ctx, sc, opts, c, why)
 			if why := flaked(c); why != "" && c.Err == nil {
 				c.Err = fmt.Errorf("cell %s: %s", sc.Name, why)
@@ -51,17 +51,20 @@ func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.R
 
 // runAgain runs sc once more after its run c failed for why, keeping c's
 // notes and saying why in front of them.
-func runAgain(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions, c report.Cell, why string) report.Cell {
+func runAgain(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions, c report.Result, why string) report.Result {
 	notes := append([]string{"ran again after: " + why}, c.Notes...)
 	again := runCell(ctx, sc, opts)
 	again.Notes = append(notes, again.Notes...)
 	return again
 }
 
-func runCell(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions) report.Cell {
+func runCell(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions) report.Result {
 	begin := time.Now()
 	rep, err := scenarios.Run(ctx, sc, opts)
-	c := report.Cell{Scenario: sc.WithDefaults(), Report: rep, Err: err, Wall: time.Since(begin)}
+	c := report.Result{Scenario: sc, Report: rep, Err: err, Wall: time.Since(begin)}
+	if rep != nil {
+		c.Scenario = rep.Scenario // as it ran, defaults applied
+	}
 	if err == nil && rep == nil {
 		c.Err = fmt.Errorf("scenario %s produced no report", sc.Name)
 	}
@@ -79,7 +82,7 @@ func runCell(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptio
 // flaked says why c did not measure what it was meant to: the run failed,
 // or a replica exited with an error of its own (a replica killed by the
 // fault ends with "signal: killed", one stopped gracefully with "exit 0").
-func flaked(c report.Cell) string {
+func flaked(c report.Result) string {
 	if c.Err != nil {
 		return report.FirstLine(c.Err)
 	}
@@ -101,7 +104,7 @@ func flaked(c report.Cell) string {
 // Only a failed verdict of a reproduction is run again; a cell expected
 // to be safe that shows a double-run is a finding, never retried.
 // Caught by TestMissed.
-func missed(c report.Cell) string {
+func missed(c report.Result) string {
 	if c.Err != nil || c.Report == nil || c.Report.Verdict.Pass {
 		return ""
 	}

@@ -27,7 +27,7 @@ var runs = make(chan struct{}, 3)
 // matches the table.
 func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.TopologyKind, faultName string) *scenarios.Report {
 	t.Helper()
-	sc, err := chaos.Cell(strategy, topology, faultName)
+	sc, err := chaos.Cell{Strategy: strategy, Topology: topology, Fault: faultName}.Scenario()
 	require.NoError(t, err)
 	if faultName == fault.TerminateLeaderBackend.Name() {
 		// The backend-loss double-run needs the follower to lead before
@@ -36,7 +36,7 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 		// 300ms (three misses in a row in CI) against the matrix's 200ms
 		// piece; a longer piece leaves the race its room and still proves
 		// the limitation. make chaos keeps the matrix's timing.
-		sc.Work = 3 * sc.WithDefaults().Work
+		sc.Work = 3 * scenarios.DefaultWork
 	}
 	runs <- struct{}{}
 	defer func() { <-runs }()

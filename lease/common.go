@@ -83,7 +83,7 @@ func closeConn(ctx context.Context, c conn) {
 // cancel request short, and PgBouncer 1.18 in session pooling can crash
 // on a cancel request whose client disconnects before it is forwarded
 // ("bad client state: 0", pgbouncer/pgbouncer#801). A waiting follower
-// stopped mid-wait did exactly that (package chaos, finding 12). Waiting
+// stopped mid-wait did exactly that (chaos/FINDINGS.md, finding 12). Waiting
 // in reset instead would add up to closeTimeout to a faulted poll behind
 // a partition; Close is where the process is about to leave.
 type cleanups struct {

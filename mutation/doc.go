@@ -52,8 +52,44 @@
 // off in .gremlins.yaml.
 //
 // A guard that survives is a test that lies about what it covers; a
-// gremlins mutant that lives is code no test constrains. The first must be
-// fixed before a merge, the second is a ratchet: the baseline only rises.
+// gremlins mutant that lives is code no test constrains. Both fail the
+// gate, unless testdata/mutation/equivalents.json lists the mutant with
+// why no test can or should kill it ([Equivalents]); the listed ones count
+// in no score.
+//
+// # Every submission, and every mutant nightly
+//
+// gremlins runs the package's whole test suite once per mutant, so every
+// mutant of lease, worker and scenarios/oracle takes longer than one CI
+// run may. The gate of every submission ([RunCI], `doublerun mutation ci`,
+// make mutation-ci) runs three slices of them instead, and the named
+// guards:
+//
+//	changed lines   every mutant on a line changed since the base
+//	                testdata/mutation/record.json names: each must be
+//	                KILLED, so new code comes with tests that kill it
+//	one shard       the mutants of 1/N of lease's and worker's lines, the
+//	                shard 1 + (commits in HEAD's history mod N): N
+//	                submissions in a row cover every mutant; a LIVED one
+//	                fails, which is how a deleted assertion, a change to
+//	                no source line, is caught when its shard comes round;
+//	                the shard's figures must reach its record
+//	whole packages  every mutant of scenarios/oracle, pure logic and cheap
+//
+// A line's shard is a hash of its file, its text and how many lines of the
+// same text precede it ([ShardOf]), so a line keeps its shard while code
+// around it moves. The lines reach gremlins v0.6.0 as the git diff its
+// --diff flag reads ([Unleash]), which is also how they get the
+// package-relative names its mutants have.
+//
+// Before any mutant runs, the gate estimates its own wall time from the
+// record's cost of a mutant (counting the changed lines' mutants with a
+// dry run) and fails at once when that is over its budget: a change that
+// large is gated by a full run, make mutation (`doublerun mutation full`),
+// whose pass writes a new record. Nightly, the full run is one job per
+// shard plus one that joins their reports ([MergeReports]) and gates the
+// whole. Only a passing run on a clean working tree writes a record
+// ([Record]): its base is the commit that passed.
 //
 // Two readings of gremlins v0.6.0's figures matter here. Mutant coverage
 // is understated: Go's coverage profile has no counter for the condition

@@ -30,6 +30,9 @@ type Report struct {
 	MutantsNotViable  int     `json:"mutants_not_viable"`
 	MutantsNotCovered int     `json:"mutants_not_covered"`
 	ElapsedTime       float64 `json:"elapsed_time"`
+	// MutatorStatistics counts mutants per mutator; kept so that a report
+	// with fields gremlins v0.6.0 does not write is refused.
+	MutatorStatistics map[string]int `json:"mutator_statistics,omitempty"`
 }
 
 // ReportFile is one source file's mutants. FileName is relative to the
@@ -58,10 +61,35 @@ const (
 	StatusRunnable   = "RUNNABLE"
 )
 
-// ReadReport reads and checks a gremlins report: the counts it states must
-// agree with its list of mutants, so a truncated or hand-edited file is
-// refused rather than scored.
-func ReadReport(file string) (Report, error) {
+// statuses and mutators are every status and mutator type gremlins v0.6.0
+// writes (internal/mutator there). Anything else is refused: a gate that
+// scores what it does not understand passes by accident.
+var (
+	statuses = []string{StatusKilled, StatusLived, StatusNotCovered, StatusTimedOut, StatusNotViable, StatusSkipped, StatusRunnable}
+	mutators = []string{"ARITHMETIC_BASE", "CONDITIONALS_BOUNDARY", "CONDITIONALS_NEGATION", "INCREMENT_DECREMENT",
+		"INVERT_ASSIGNMENTS", "INVERT_BITWISE", "INVERT_BWASSIGN", "INVERT_LOGICAL", "INVERT_LOOPCTRL",
+		"INVERT_NEGATIVES", "REMOVE_SELF_ASSIGNMENTS"}
+)
+
+// ReadReport reads and checks a gremlins report of a whole package, as
+// `mutation gate` scores it: it must list at least one mutant. See
+// readReport.
+func ReadReport(file string) (Report, error) { return readReport(file, readOptions{}) }
+
+// readOptions loosen readReport for the gate's own runs: a selection may
+// hold no mutant, and a dry run lists its mutants as RUNNABLE.
+type readOptions struct {
+	allowEmpty, dryRun bool
+}
+
+// readReport reads and checks a gremlins report. It refuses anything that
+// is not one, so that the gate never scores a file it does not understand:
+// a field gremlins v0.6.0 does not write, a missing module, file name or
+// mutator, an unknown status or mutator, a line or column below 1, counts
+// that disagree with the list of mutants (a truncated or hand-edited
+// file), a dry run, and, unless allowEmpty, a report with no mutant at all
+// (gremlins' report of an empty selection, or `{}`).
+func readReport(file string, opts readOptions) (Report, error) {
 	data, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return Report{}, fmt.Errorf("gremlins report %s does not exist; gremlins writes none when it is interrupted or finds no mutants, so run it again (mutation/run.sh)", file)
@@ -69,17 +97,46 @@ func ReadReport(file string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	notReport := func(why string) error {
+		return fmt.Errorf("%s is not a gremlins v0.6.0 report: %s; give the file `gremlins unleash --output` wrote", file, why)
+	}
 	var r Report
-	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&r); err != nil {
-		return Report{}, fmt.Errorf("%s is not a gremlins JSON report: %w", file, err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Report{}, notReport(strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return Report{}, notReport("more follows its JSON object")
+	}
+	if r.GoModule == "" {
+		return Report{}, notReport("it names no go_module")
+	}
+	for _, f := range r.Files {
+		if f.FileName == "" {
+			return Report{}, notReport("a file has no file_name")
+		}
+		for _, m := range f.Mutations {
+			switch {
+			case !slices.Contains(statuses, m.Status):
+				return Report{}, notReport(fmt.Sprintf("%s:%d has the unknown status %q", f.FileName, m.Line, m.Status))
+			case !slices.Contains(mutators, m.Type):
+				return Report{}, notReport(fmt.Sprintf("%s:%d has the unknown mutator %q", f.FileName, m.Line, m.Type))
+			case m.Line < 1 || m.Column < 1:
+				return Report{}, notReport(fmt.Sprintf("a %s mutant in %s has line %d, column %d", m.Type, f.FileName, m.Line, m.Column))
+			}
+		}
 	}
 	s := r.count()
 	if s.Killed != r.MutantsKilled || s.Lived != r.MutantsLived || s.NotCovered != r.MutantsNotCovered || s.NotViable != r.MutantsNotViable {
 		return Report{}, fmt.Errorf("%s is inconsistent: it lists %d killed, %d lived, %d not covered and %d not viable mutants but states %d, %d, %d and %d; regenerate it",
 			file, s.Killed, s.Lived, s.NotCovered, s.NotViable, r.MutantsKilled, r.MutantsLived, r.MutantsNotCovered, r.MutantsNotViable)
 	}
-	if s.Runnable > 0 {
+	if s.Runnable > 0 && !opts.dryRun {
 		return Report{}, fmt.Errorf("%s comes from a dry run (%d mutants RUNNABLE); run gremlins without --dry-run", file, s.Runnable)
+	}
+	if s.total() == 0 && !opts.allowEmpty {
+		return Report{}, notReport("it lists no mutant")
 	}
 	if math.Abs(s.Efficacy()-r.TestEfficacy) > 1e-6 || math.Abs(s.Coverage()-r.MutationsCoverage) > 1e-6 {
 		return Report{}, fmt.Errorf("%s states efficacy %.4f%% and coverage %.4f%% but its mutants give %.4f%% and %.4f%%; is it from gremlins v0.6.0?",
@@ -88,9 +145,11 @@ func ReadReport(file string) (Report, error) {
 	return r, nil
 }
 
-// Score is the tally of one package's mutants.
+// Score is the tally of one package's mutants. Excused counts the lived
+// mutants a strict gate excuses as equivalent: their tests ran them, so
+// they count as covered, but in no efficacy.
 type Score struct {
-	Killed, Lived, NotCovered, TimedOut, NotViable, Skipped, Runnable int
+	Killed, Lived, NotCovered, TimedOut, NotViable, Skipped, Runnable, Excused int
 }
 
 // Efficacy is gremlins' test efficacy: killed over killed + lived, in
@@ -103,13 +162,20 @@ func (s Score) Efficacy() float64 {
 }
 
 // Coverage is gremlins' mutant coverage: killed + lived over killed +
-// lived + not covered, in percent. Timed-out and not-viable mutants count
-// in neither, as in gremlins.
+// lived + not covered, in percent, with excused lived mutants counted as
+// covered. Timed-out and not-viable mutants count in neither, as in
+// gremlins.
 func (s Score) Coverage() float64 {
-	if s.Killed+s.Lived == 0 {
+	covered := s.Killed + s.Lived + s.Excused
+	if covered == 0 {
 		return 0
 	}
-	return float64(s.Killed+s.Lived) / float64(s.Killed+s.Lived+s.NotCovered) * 100
+	return float64(covered) / float64(covered+s.NotCovered) * 100
+}
+
+// total counts every mutant, whatever its status.
+func (s Score) total() int {
+	return s.Killed + s.Lived + s.NotCovered + s.TimedOut + s.NotViable + s.Skipped + s.Runnable
 }
 
 // Tested is the number of mutants whose tests ran: killed, lived, timed
@@ -127,29 +193,15 @@ func (s Score) PerMutant(elapsed time.Duration) time.Duration {
 }
 
 func (s Score) add(o Score) Score {
-	return Score{s.Killed + o.Killed, s.Lived + o.Lived, s.NotCovered + o.NotCovered, s.TimedOut + o.TimedOut, s.NotViable + o.NotViable, s.Skipped + o.Skipped, s.Runnable + o.Runnable}
+	return Score{s.Killed + o.Killed, s.Lived + o.Lived, s.NotCovered + o.NotCovered, s.TimedOut + o.TimedOut,
+		s.NotViable + o.NotViable, s.Skipped + o.Skipped, s.Runnable + o.Runnable, s.Excused + o.Excused}
 }
 
 func (r Report) count() Score {
 	var s Score
 	for _, f := range r.Files {
 		for _, m := range f.Mutations {
-			switch m.Status {
-			case StatusKilled:
-				s.Killed++
-			case StatusLived:
-				s.Lived++
-			case StatusNotCovered:
-				s.NotCovered++
-			case StatusTimedOut:
-				s.TimedOut++
-			case StatusNotViable:
-				s.NotViable++
-			case StatusSkipped:
-				s.Skipped++
-			case StatusRunnable:
-				s.Runnable++
-			}
+			s = s.add(statusScore(m.Status))
 		}
 	}
 	return s
@@ -224,6 +276,11 @@ type GateOptions struct {
 	// Baseline, if not nil, is the committed floor. A package it names
 	// must have a report.
 	Baseline Baseline
+	// Equivalents, when Strict, excuses the mutants it lists: they count
+	// in no score, and every other LIVED mutant fails the gate. Without
+	// Strict, scores are gremlins' own and lived mutants only lower them.
+	Equivalents Equivalents
+	Strict      bool
 }
 
 // PackageResult is one package's figures and the mutants that count
@@ -231,11 +288,14 @@ type GateOptions struct {
 type PackageResult struct {
 	Name  string
 	Score Score
+	// Excused counts the mutants Equivalents listed; lived ones count in
+	// Score as Excused, not-covered ones in nothing.
+	Excused int
 	// Elapsed is gremlins' wall time for the package, coverage run
 	// included.
 	Elapsed time.Duration
 	// Lived and NotCovered are file:line:type, with the file relative to
-	// the module root, sorted.
+	// the module root, sorted; listed equivalents are left out.
 	Lived, NotCovered []string
 }
 
@@ -255,18 +315,13 @@ type GateResult struct {
 const tolerance = 1e-9
 
 // Gate scores each package and checks it against the thresholds and the
-// baseline.
+// baseline, and with opts.Strict fails every LIVED mutant that
+// opts.Equivalents does not list.
 func Gate(reports []PackageReport, opts GateOptions) GateResult {
 	var res GateResult
 	seen := map[string]bool{}
 	for _, pr := range reports {
-		p := PackageResult{
-			Name:       pr.Name,
-			Score:      pr.Report.count(),
-			Elapsed:    time.Duration(pr.Report.ElapsedTime * float64(time.Second)),
-			Lived:      locations(pr.Name, pr.Report.Files, StatusLived),
-			NotCovered: locations(pr.Name, pr.Report.Files, StatusNotCovered),
-		}
+		p := scorePackage(pr.Name, pr.Report, opts, nil)
 		res.Packages = append(res.Packages, p)
 		res.Total = res.Total.add(p.Score)
 		res.Elapsed += p.Elapsed
@@ -274,21 +329,12 @@ func Gate(reports []PackageReport, opts GateOptions) GateResult {
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: two reports for one package", p.Name))
 		}
 		seen[p.Name] = true
-
-		check := func(what string, got, floor float64, source string) {
-			if got+tolerance < floor {
-				g, f := fmt.Sprintf("%.2f", got), fmt.Sprintf("%.2f", floor)
-				if g == f {
-					g, f = fmt.Sprintf("%.4f", got), fmt.Sprintf("%.4f", floor)
-				}
-				res.Failures = append(res.Failures, fmt.Sprintf("%s: %s %s%% is below %s %s%%", p.Name, what, g, source, f))
-			}
-		}
-		check("efficacy", p.Score.Efficacy(), opts.MinEfficacy, "the threshold")
-		check("mutant coverage", p.Score.Coverage(), opts.MinCoverage, "the threshold")
+		res.Failures = append(res.Failures, checkFigures(p.Name, p.Score, Figures{opts.MinEfficacy, opts.MinCoverage}, "the threshold")...)
 		if b, ok := opts.Baseline[p.Name]; ok {
-			check("efficacy", p.Score.Efficacy(), b.Efficacy, "the baseline")
-			check("mutant coverage", p.Score.Coverage(), b.Coverage, "the baseline")
+			res.Failures = append(res.Failures, checkFigures(p.Name, p.Score, b, "the baseline")...)
+		}
+		if opts.Strict {
+			res.Failures = append(res.Failures, livedFailures(p.Lived)...)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Baseline)) {
@@ -299,23 +345,93 @@ func Gate(reports []PackageReport, opts GateOptions) GateResult {
 	return res
 }
 
+// livedFailures is the gate's line for each unlisted lived mutant.
+func livedFailures(lived []string) []string {
+	var out []string
+	for _, l := range lived {
+		out = append(out, fmt.Sprintf("%s LIVED: no test fails without that code; write one that does, or list the mutant in testdata/mutation/equivalents.json with why", l))
+	}
+	return out
+}
+
+// checkFigures says, one line each, which of s's figures is below floor.
+func checkFigures(name string, s Score, floor Figures, source string) []string {
+	var out []string
+	check := func(what string, got, min float64) {
+		if got+tolerance < min {
+			g, f := fmt.Sprintf("%.2f", got), fmt.Sprintf("%.2f", min)
+			if g == f {
+				g, f = fmt.Sprintf("%.4f", got), fmt.Sprintf("%.4f", min)
+			}
+			out = append(out, fmt.Sprintf("%s: %s %s%% is below %s %s%%", name, what, g, source, f))
+		}
+	}
+	check("efficacy", s.Efficacy(), floor.Efficacy)
+	check("mutant coverage", s.Coverage(), floor.Coverage)
+	return out
+}
+
+// scorePackage tallies the mutants of a package's report that keep
+// selects (all of them when keep is nil), leaving out the listed
+// equivalents when opts.Strict.
+func scorePackage(name string, r Report, opts GateOptions, keep func(file string, m Mutation) bool) PackageResult {
+	p := PackageResult{Name: name, Elapsed: time.Duration(r.ElapsedTime * float64(time.Second))}
+	var lived, notCovered []loc
+	for _, f := range r.Files {
+		file := path.Join(name, filepath.ToSlash(f.FileName))
+		for _, m := range f.Mutations {
+			if keep != nil && !keep(f.FileName, m) {
+				continue
+			}
+			if opts.Strict && m.Status != StatusSkipped && opts.Equivalents.Has(file, m.Line, m.Type) {
+				p.Excused++
+				if m.Status == StatusLived {
+					p.Score.Excused++
+				}
+				continue
+			}
+			p.Score = p.Score.add(statusScore(m.Status))
+			switch m.Status {
+			case StatusLived:
+				lived = append(lived, loc{file, m.Line, m.Type})
+			case StatusNotCovered:
+				notCovered = append(notCovered, loc{file, m.Line, m.Type})
+			}
+		}
+	}
+	p.Lived, p.NotCovered = sortLocs(lived), sortLocs(notCovered)
+	return p
+}
+
+// statusScore is one mutant of status s as a Score.
+func statusScore(s string) Score {
+	switch s {
+	case StatusKilled:
+		return Score{Killed: 1}
+	case StatusLived:
+		return Score{Lived: 1}
+	case StatusNotCovered:
+		return Score{NotCovered: 1}
+	case StatusTimedOut:
+		return Score{TimedOut: 1}
+	case StatusNotViable:
+		return Score{NotViable: 1}
+	case StatusSkipped:
+		return Score{Skipped: 1}
+	case StatusRunnable:
+		return Score{Runnable: 1}
+	}
+	return Score{}
+}
+
 type loc struct {
 	file string
 	line int
 	typ  string
 }
 
-// locations returns the mutants of f with the given status as
-// file:line:type, sorted by file and line.
-func locations(name string, files []ReportFile, status string) []string {
-	var ls []loc
-	for _, f := range files {
-		for _, m := range f.Mutations {
-			if m.Status == status {
-				ls = append(ls, loc{path.Join(name, filepath.ToSlash(f.FileName)), m.Line, m.Type})
-			}
-		}
-	}
+// sortLocs returns ls as file:line:type, sorted by file and line.
+func sortLocs(ls []loc) []string {
 	slices.SortFunc(ls, func(a, b loc) int {
 		return cmp.Or(strings.Compare(a.file, b.file), cmp.Compare(a.line, b.line), strings.Compare(a.typ, b.typ))
 	})

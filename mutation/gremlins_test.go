@@ -54,13 +54,35 @@ func TestReadReport(t *testing.T) {
 		_, err := ReadReport(writeJSON(t, edited))
 		require.ErrorContains(t, err, "is inconsistent: it lists 7 killed, 5 lived")
 	})
-	t.Run("NotJSON", func(t *testing.T) {
-		t.Parallel()
-		f := filepath.Join(t.TempDir(), "r.json")
-		require.NoError(t, os.WriteFile(f, []byte("Killed: 5"), 0o644))
-		_, err := ReadReport(f)
-		require.ErrorContains(t, err, "is not a gremlins JSON report")
-	})
+	// Anything that is not a whole gremlins v0.6.0 report is refused with
+	// one line naming the file, however its counts add up.
+	for _, tc := range []struct {
+		name, json, want string
+	}{
+		{"EmptyObject", `{}`, "it names no go_module"},
+		{"NoMutants", `{"go_module":"m","files":[]}`, "it lists no mutant"},
+		{"UnknownField", `{"go_module":"m","efficacy":100}`, `unknown field "efficacy"`},
+		{"UnknownStatus", `{"go_module":"m","files":[{"file_name":"a.go","mutations":[{"type":"ARITHMETIC_BASE","status":"SURVIVED","line":3,"column":2}]}]}`,
+			`a.go:3 has the unknown status "SURVIVED"`},
+		{"UnknownMutator", `{"go_module":"m","files":[{"file_name":"a.go","mutations":[{"type":"SWAP","status":"KILLED","line":3,"column":2}]}]}`,
+			`a.go:3 has the unknown mutator "SWAP"`},
+		{"MissingMutator", `{"go_module":"m","files":[{"file_name":"a.go","mutations":[{"status":"KILLED","line":3,"column":2}]}]}`,
+			`a.go:3 has the unknown mutator ""`},
+		{"MissingLine", `{"go_module":"m","files":[{"file_name":"a.go","mutations":[{"type":"ARITHMETIC_BASE","status":"KILLED","column":2}]}]}`,
+			"a ARITHMETIC_BASE mutant in a.go has line 0, column 2"},
+		{"MissingFileName", `{"go_module":"m","files":[{"mutations":[]}]}`, "a file has no file_name"},
+		{"TwoObjects", `{"go_module":"m","files":[{"file_name":"a.go","mutations":[{"type":"ARITHMETIC_BASE","status":"NOT COVERED","line":3,"column":2}]}],"mutants_not_covered":1}{}`,
+			"more follows its JSON object"},
+		{"NotJSON", `Killed: 5`, "invalid character 'K' looking for beginning of value"},
+	} {
+		t.Run("Refuses"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := filepath.Join(t.TempDir(), "lease.json")
+			require.NoError(t, os.WriteFile(f, []byte(tc.json), 0o644))
+			_, err := ReadReport(f)
+			require.EqualError(t, err, f+" is not a gremlins v0.6.0 report: "+tc.want+"; give the file `gremlins unleash --output` wrote")
+		})
+	}
 }
 
 // testdata/gremlins/lease-first-run.json is the first full run on lease

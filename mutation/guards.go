@@ -45,6 +45,9 @@ type GuardOptions struct {
 	TempDir string
 	// Go is the go command; default "go".
 	Go string
+	// Tags are go test's build tags, such as doublerun_nodocker for test
+	// binaries that reach a shared stack and need no docker provider.
+	Tags string
 	// Progress, if set, is called as each guard finishes, with its index
 	// in the guards slice. Calls come from several goroutines at once.
 	Progress func(i int, r GuardResult)
@@ -241,6 +244,9 @@ func (r *runner) goTest(ctx context.Context, g Guard, overlay string) (Outcome, 
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	args := []string{"test", "-count=1", "-vet=off", "-timeout", testTimeout(r.opts.Timeout).String()}
+	if r.opts.Tags != "" {
+		args = append(args, "-tags", r.opts.Tags)
+	}
 	if overlay != "" {
 		args = append(args, "-overlay", overlay)
 	}

@@ -140,7 +140,7 @@
 //
 // # Findings by version
 //
-// The findings of the chaos matrix on 1.18 (package chaos, "Findings"),
+// The findings of the chaos matrix on 1.18 (chaos/FINDINGS.md),
 // measured again on 1.24 with the tests in findings_test.go
 // (`DOUBLERUN_MEASURE_FINDINGS=1 DOUBLERUN_VERSIONS=SET go test -run TestMeasure -v ./pgbouncer/`,
 // docker provider, one run each, load average 13 to 17):

@@ -6,14 +6,27 @@
 // # A scenario is data
 //
 // A [Scenario] names a strategy ([StrategyAdvisory],
-// [StrategyAdvisoryUnguarded], [StrategyFenced], or one registered with
-// [RegisterStrategy]), a topology, the number of replicas, timings, a fault
+// [StrategyAdvisoryUnguarded], [StrategyAdvisoryWait], [StrategyFenced],
+// [StrategyFencedWait], or one registered with [RegisterStrategy]), a topology, the number of replicas, timings, a fault
 // of the catalog (package scenarios/fault) and an expectation. [Catalog]
 // holds the built-in ones; [Issue556] and its fixes are the regression
 // scenarios for the known limitation. A [Strategy] says what its lease is
 // (ReportsBackendPID, AdvisoryLock), and [Scenario.FaultSetting] hands
 // that, with the topology's shape and the timings, to the fault catalog as
 // data: the catalog never imports this package.
+//
+// [Scenario.Validate] is the one check of a scenario, whether it comes
+// from the catalog, a file ([ParseScenario]), the command line's flags or
+// the chaos matrix: its name, a registered strategy, a known topology the
+// strategy takes, a pool size only where there is a transaction pool, a
+// fault of the catalog that applies, an expectation, and the numbers'
+// ranges (replicas 1 to [MaxReplicas], and at least 2 when the
+// expectation is a double-run; duration 1s to 1h; poll interval 1ms to
+// 10s; work 1ms to 1m; TTL 100ms to 1m; a transaction pool of 1 to 16).
+// Every complaint is a [FieldError] that names the field and what it
+// takes (for a number, the range and why the bound it crossed is there),
+// all of them on one line. A zero field is its default
+// ([Scenario.WithDefaults]), applied once, where [Run] starts.
 //
 //	topology     lease endpoint            work endpoint
 //	direct       postgres                  postgres

@@ -55,12 +55,20 @@ func TestOrphanedLockAfterTheLeaderDies(t *testing.T) {
 	}
 }
 
-// Without a bouncer the lock dies with its holder's session: no orphan.
+// Without a bouncer the lock dies with its holder's session: it is not
+// left held, as it is behind a transaction pool. How long the backend
+// takes to see its client gone is the host's: it was over the oracle's
+// 100ms tolerance at load average 14, so the test asks that any stretch
+// ended with the backend, not that none was reported.
 func TestNoOrphanedLockOnADirectEndpoint(t *testing.T) {
 	t.Parallel()
 	rep := runScenario(t, Scenario{Name: "orphan-direct", Strategy: StrategyAdvisory, Replicas: 1,
 		Topology: Topology{Kind: Direct}, Fault: fault.KillLeader.Name(), Expect: ExpectFenced})
 	require.NotEmpty(t, rep.History.Locks, "the runner watched the lock")
-	require.Zero(t, rep.Metrics.Orphaned.Episodes, "%+v", rep.Metrics.Orphaned)
-	require.Empty(t, rep.Metrics.Orphaned.LeftHeld)
+	o := rep.Metrics.Orphaned
+	require.Empty(t, o.LeftHeld, "the lock did not outlive its session: %+v", o)
+	for _, orphan := range o.Orphans {
+		require.True(t, orphan.End.Before(rep.History.End), "the stretch ended with the backend, before the run: %+v", orphan)
+		require.Equal(t, "died", orphan.Cause)
+	}
 }

@@ -212,7 +212,9 @@ func (r *run) logDir() error {
 	if r.opts.OutDir != "" {
 		r.dir = filepath.Join(r.opts.OutDir, r.sc.Name)
 	} else {
-		dir, err := os.MkdirTemp("", "doublerun-run-")
+		// With an owner file: a run killed outright leaves it to the
+		// next stack's sweep.
+		dir, err := stack.TempDir()
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
 // Expectation is what a scenario's measurements must show.
@@ -74,52 +75,227 @@ const MaxReplicas = 8
 // MaxReplicasWhy says in an error message why there is a MaxReplicas.
 const MaxReplicasWhy = "more can exhaust the PgBouncer session pool of 20 connections while their endpoint checks (3 connections each) wait on one another"
 
-// WithDefaults returns s with every zero field set to its default.
+// The ranges of a scenario's numbers. Validate holds every scenario to
+// them, whether it comes from the catalog, a file, the command line's
+// flags or the chaos matrix; the reason for each bound is in bounds.
+const (
+	MinDuration     = time.Second
+	MaxDuration     = time.Hour
+	MinPollInterval = time.Millisecond
+	MaxPollInterval = 10 * time.Second
+	MinWork         = time.Millisecond
+	MaxWork         = time.Minute
+	MinTTL          = 100 * time.Millisecond
+	MaxTTL          = time.Minute
+)
+
+// bounds are the ranges Validate checks, each bound with the reason for
+// it, in the order of Scenario's fields.
+var bounds = []struct {
+	field          string
+	value          func(Scenario) int64
+	min, max       int64
+	show           func(int64) string
+	whyMin, whyMax string
+}{
+	{"replicas", func(s Scenario) int64 { return int64(s.Replicas) }, 1, MaxReplicas, showInt,
+		"a run needs a replica to lead", MaxReplicasWhy},
+	{"duration", func(s Scenario) int64 { return int64(s.Duration) }, int64(MinDuration), int64(MaxDuration), showDuration,
+		"a shorter run holds too few pieces of work to judge (5 at the default 200ms), and its fault comes at a third of it",
+		"a longer run is more often a typo than a plan (1000000h is 114 years), and its report keeps every piece of work"},
+	{"poll_interval", func(s Scenario) int64 { return int64(s.PollInterval) }, int64(MinPollInterval), int64(MaxPollInterval), showDuration,
+		"each poll is a lease call on the server, and shorter polls are a busy loop on it",
+		"the oracle tolerates a gap of 2 polls and 100ms in a leader's work, so longer polls would hide a leaderless window of that length"},
+	{"work", func(s Scenario) int64 { return int64(s.Work) }, int64(MinWork), int64(MaxWork), showDuration,
+		"each piece of work writes its start and end to the oracle, and below 1ms those writes are all a run measures",
+		"a longer piece would outlast most runs and never end to be measured"},
+	{"ttl", func(s Scenario) int64 { return int64(s.TTL) }, int64(MinTTL), int64(MaxTTL), showDuration,
+		"a fenced lease renews through PgBouncer, and a shorter TTL expires before a renewal comes back on a loaded machine",
+		"a run waits a TTL and a second after its fault, so a longer one stretches every run with a fault past a minute"},
+}
+
+func showInt(v int64) string { return fmt.Sprint(v) }
+
+// showDuration writes a duration as a flag takes it, without the zero
+// units time.Duration.String adds: 1h, not 1h0m0s.
+func showDuration(v int64) string {
+	s := time.Duration(v).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// FieldError is a field of a Scenario that a run cannot take, as Validate
+// reports it: its JSON name, its value, and what is wrong with it, with
+// the valid choices or the allowed range and the reason for the bound it
+// crossed. A file reader shows it as is; a command line that set the
+// field with a flag shows it under the flag's name (Flag).
+type FieldError struct {
+	// Field is the JSON name, such as "duration" or "topology.pool_size".
+	Field string
+	// Value is the value as given, such as "1000000h0m0s"; empty when the
+	// field is missing or Problem names the value itself.
+	Value string
+	// Problem follows the value: "is above 1h: ...; use 1s to 1h".
+	Problem string
+}
+
+func (e *FieldError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("field %q: %s", e.Field, e.Problem)
+	}
+	return fmt.Sprintf("field %q: %s %s", e.Field, e.Value, e.Problem)
+}
+
+// Flag is the error with the field named as the flag name that set it,
+// such as "--duration 1000000h0m0s is above 1h: ...".
+func (e *FieldError) Flag(name string) string {
+	if e.Value == "" {
+		return fmt.Sprintf("--%s: %s", name, e.Problem)
+	}
+	return fmt.Sprintf("--%s %s %s", name, e.Value, e.Problem)
+}
+
+// FieldErrors returns the FieldErrors that err, an error of Validate,
+// joins, in the order of Scenario's fields.
+func FieldErrors(err error) []*FieldError {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else if err != nil {
+		errs = []error{err}
+	}
+	var out []*FieldError
+	for _, e := range errs {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			out = append(out, fe)
+		}
+	}
+	return out
+}
+
+// The defaults of a Scenario's zero fields.
+const (
+	DefaultReplicas     = 2
+	DefaultDuration     = 5 * time.Second
+	DefaultPollInterval = 100 * time.Millisecond
+	DefaultWork         = 200 * time.Millisecond
+	DefaultTTL          = 2 * time.Second
+)
+
+// WithDefaults returns s with every zero field set to its default. Run
+// applies them where a run starts; everything before it keeps the zero,
+// which means the default.
 func (s Scenario) WithDefaults() Scenario {
-	s.Replicas = cmp.Or(s.Replicas, 2)
-	s.Duration = cmp.Or(s.Duration, 5*time.Second)
-	s.PollInterval = cmp.Or(s.PollInterval, 100*time.Millisecond)
-	s.Work = cmp.Or(s.Work, 200*time.Millisecond)
-	s.TTL = cmp.Or(s.TTL, 2*time.Second)
+	s.Replicas = cmp.Or(s.Replicas, DefaultReplicas)
+	s.Duration = cmp.Or(s.Duration, DefaultDuration)
+	s.PollInterval = cmp.Or(s.PollInterval, DefaultPollInterval)
+	s.Work = cmp.Or(s.Work, DefaultWork)
+	s.TTL = cmp.Or(s.TTL, DefaultTTL)
 	s.Fault = cmp.Or(s.Fault, fault.None)
-	if s.Topology.Kind.transactionPooled() {
+	if s.Topology.Kind.TransactionPooled() {
 		s.Topology.PoolSize = cmp.Or(s.Topology.PoolSize, 1)
 	}
 	return s
 }
 
-// Validate reports what is wrong with s, naming the valid choices.
+// Validate reports everything that is wrong with s as the run would take
+// it (a zero field is its default), on one line: each complaint a
+// *FieldError (FieldErrors lists them) that names its field and the valid
+// choices or the range and why, in the order of Scenario's fields. It is the one check of a scenario: the
+// catalog, a file (ParseScenario), the command line's flags and the chaos
+// matrix all rely on it, and Run calls it before anything starts.
 func (s Scenario) Validate() error {
+	given := s
 	s = s.WithDefaults()
-	var errs []error
-	if s.Name == "" {
-		errs = append(errs, errors.New("scenario has no name"))
+	var errs fieldErrors
+	bad := func(field, value, problem string) { errs = append(errs, &FieldError{field, value, problem}) }
+	switch {
+	case s.Name == "":
+		bad("name", "", "missing; name the scenario (its reports go under that name)")
+	case strings.ContainsAny(s.Name, `\`) || strings.Contains(s.Name, ".."):
+		bad("name", fmt.Sprintf("%q", s.Name), "cannot name a report directory; use letters, digits, '-' and '/'")
 	}
-	if _, ok := lookupStrategy(s.Strategy); !ok {
-		errs = append(errs, fmt.Errorf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
+	_, strategyOK := lookupStrategy(s.Strategy)
+	switch {
+	case s.Strategy == "":
+		bad("strategy", "", "missing; one of "+strings.Join(StrategyNames(), ", "))
+	case !strategyOK:
+		bad("strategy", "", fmt.Sprintf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
 	}
-	if _, err := ParseTopology(string(s.Topology.Kind)); err != nil {
-		errs = append(errs, err)
+	_, topologyErr := ParseTopology(string(s.Topology.Kind))
+	switch {
+	case s.Topology.Kind == "":
+		bad("topology.kind", "", "missing; one of "+topologyNames())
+	case topologyErr != nil:
+		bad("topology.kind", "", topologyErr.Error())
 	}
 	// Caught by TestStrategyRefusalMatchesTheLease/advisory-wait.
 	if err := CheckStrategyTopology(s.Strategy, s.Topology.Kind); err != nil {
-		errs = append(errs, err)
+		bad("topology.kind", "", err.Error())
+	}
+	switch {
+	case given.Topology.PoolSize != 0 && topologyErr == nil && !s.Topology.Kind.TransactionPooled():
+		bad("topology.pool_size", "", fmt.Sprintf("topology %s has no transaction pool; leave pool_size out", s.Topology.Kind))
+	case s.Topology.Kind.TransactionPooled() && stack.CheckPoolSize(s.Topology.PoolSize) != nil:
+		bad("topology.pool_size", fmt.Sprint(s.Topology.PoolSize), fmt.Sprintf("is not from 1 to %d: %s; use 1 to %d", stack.MaxPoolSize, stack.MaxPoolSizeWhy, stack.MaxPoolSize))
+	}
+	for _, b := range bounds {
+		v := b.value(s)
+		rng := fmt.Sprintf("use %s to %s", b.show(b.min), b.show(b.max))
+		switch {
+		case v < b.min:
+			bad(b.field, b.show(v), fmt.Sprintf("is below %s: %s; %s", b.show(b.min), b.whyMin, rng))
+		case v > b.max:
+			bad(b.field, b.show(v), fmt.Sprintf("is above %s: %s; %s", b.show(b.max), b.whyMax, rng))
+		}
+	}
+	// A double-run is two replicas leading at once: a run that expects
+	// one and has a single replica fails after its whole duration
+	// (TestValidateHoldsEveryBound).
+	if s.Replicas == 1 && (s.Expect == ExpectReproduces || s.Expect == ExpectReproducesOrOrphans) {
+		bad("replicas", "1", fmt.Sprintf("is too few for expect %s: a double-run needs two replicas leading at once; use 2 to %d", s.Expect, MaxReplicas))
+	}
+	if err := fault.CheckName(s.Fault); err != nil {
+		bad("fault", "", err.Error())
+	} else if f, ok := fault.Lookup(s.Fault); ok && strategyOK && topologyErr == nil && !f.Available(s.FaultSetting()) {
+		// Which faults apply depends on the strategy's traits and the
+		// topology: with either unknown, there is nothing to say.
+		bad("fault", s.Fault, fmt.Sprintf("does not apply to strategy %s on topology %s; pick another fault or topology", s.Strategy, s.Topology))
 	}
 	switch s.Expect {
 	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans:
+	case "":
+		bad("expect", "", "missing; one of "+expectationNames)
 	default:
-		errs = append(errs, fmt.Errorf("unknown expectation %q; valid: safe, reproduces, fenced, reproduces-or-orphans", s.Expect))
+		bad("expect", "", fmt.Sprintf("unknown expectation %q; valid: %s", s.Expect, expectationNames))
 	}
-	if s.Replicas < 1 || s.Replicas > MaxReplicas {
-		errs = append(errs, fmt.Errorf("replicas %d: need from 1 to %d; %s", s.Replicas, MaxReplicas, MaxReplicasWhy))
+	if len(errs) == 0 {
+		return nil
 	}
-	if err := fault.CheckName(s.Fault); err != nil {
-		errs = append(errs, err)
-	} else if f, ok := fault.Lookup(s.Fault); ok && !f.Available(s.FaultSetting()) {
-		errs = append(errs, fmt.Errorf("fault %s does not apply to strategy %s on topology %s", s.Fault, s.Strategy, s.Topology))
-	}
-	return errors.Join(errs...)
+	return errs
 }
+
+// fieldErrors is Validate's error: its complaints, on one line.
+type fieldErrors []error
+
+func (e fieldErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e fieldErrors) Unwrap() []error { return e }
+
+// expectationNames lists the expectations for Validate's messages.
+const expectationNames = "safe, reproduces, fenced, reproduces-or-orphans"
 
 // FaultSetting is what the fault catalog may know of a run of s: its
 // strategy's traits (none for a strategy not registered), whether its work

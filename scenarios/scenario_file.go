@@ -6,12 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/doublerun/doublerun/scenarios/fault"
 )
 
 // ParseScenario reads a scenario written as data: a JSON object in the
@@ -25,13 +24,25 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
-		return Scenario{}, fmt.Errorf("not a JSON object (%v); write one like the \"scenario\" object of a report.json, see testdata/scenarios", err)
+		return Scenario{}, fmt.Errorf("not a JSON object (%s); write one like the \"scenario\" object of a report.json, see testdata/scenarios", jsonProblem(data, err))
+	}
+	end := dec.InputOffset()
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		rest := data[end:]
+		next := end + int64(len(rest)-len(bytes.TrimLeft(rest, " \t\r\n"))) + 1
+		line, col := position(data, next)
+		return Scenario{}, fmt.Errorf("more follows the JSON object, at line %d, column %d; a file holds one scenario: remove what comes after its closing brace", line, col)
+	}
+	// encoding/json keeps the last of two equal keys; a file that sets a
+	// field twice means one of them and cannot say which.
+	if key, ok := duplicateKey(data); ok {
+		return Scenario{}, fmt.Errorf("field %q is there twice; keep one", key)
 	}
 	if inner, ok := raw["scenario"]; ok && raw["schema"] != nil {
 		// A whole report.json: run its scenario again.
 		raw = nil
 		if err := json.Unmarshal(inner, &raw); err != nil {
-			return Scenario{}, fmt.Errorf("field \"scenario\" of this report is not an object (%v)", err)
+			return Scenario{}, fmt.Errorf("field \"scenario\" of this report is not an object (%s)", jsonProblem(inner, err))
 		}
 	}
 	var sc Scenario
@@ -73,9 +84,6 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 			}
 			*dst = d
 		}
-		if *dst < 0 {
-			bad(field, "%s is negative; leave the field out for its default", *dst)
-		}
 	}
 	for field := range raw {
 		if !slices.Contains(scenarioFields, field) {
@@ -113,7 +121,7 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 				}
 				sc.Topology.Kind = TopologyKind(kind)
 			case "pool_size":
-				if err := json.Unmarshal(topo[k], &sc.Topology.PoolSize); err != nil || sc.Topology.PoolSize < 0 {
+				if err := json.Unmarshal(topo[k], &sc.Topology.PoolSize); err != nil {
 					bad("topology.pool_size", "%s is not a pool size; write a whole number such as 2, or leave it out for 1", topo[k])
 				}
 			default:
@@ -126,7 +134,9 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 		return Scenario{}, errors.New(strings.Join(errs, "; "))
 	}
 	sc.Name = cmp.Or(sc.Name, fallbackName)
-	if err := sc.checkFields(); err != nil {
+	// What the JSON holds is Validate's to judge; its complaints name
+	// their fields, on one line as every complaint here.
+	if err := sc.Validate(); err != nil {
 		return Scenario{}, err
 	}
 	return sc, nil
@@ -135,48 +145,94 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 // scenarioFields are the JSON fields of a Scenario, in its order.
 var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "expect"}
 
-// checkFields is Validate with each complaint naming its field, on one
-// line.
-func (s Scenario) checkFields() error {
-	d := s.WithDefaults()
-	var errs []string
-	bad := func(field string, err error) { errs = append(errs, fmt.Sprintf("field %q: %v", field, err)) }
-	if s.Name == "" {
-		bad("name", errors.New("missing; name the scenario (its reports go under that name)"))
-	} else if strings.ContainsAny(s.Name, `\`) || strings.Contains(s.Name, "..") {
-		bad("name", fmt.Errorf("%q cannot name a report directory; use letters, digits, '-' and '/'", s.Name))
+// jsonProblem says in a user's words why data is not the JSON expected:
+// where it stops being JSON, or what kind of value it holds instead of an
+// object. encoding/json's own messages name Go types
+// (map[string]json.RawMessage), which mean nothing to the file's author.
+func jsonProblem(data []byte, err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return "the file is empty"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "it ends before the object closes"
+	case errors.As(err, &syn):
+		line, col := position(data, syn.Offset)
+		return fmt.Sprintf("%s, at line %d, column %d", strings.TrimPrefix(syn.Error(), "json: "), line, col)
+	case errors.As(err, &typ):
+		return "it is " + article(typ.Value)
 	}
-	if s.Strategy == "" {
-		bad("strategy", fmt.Errorf("missing; one of %s", strings.Join(StrategyNames(), ", ")))
-	} else if _, ok := lookupStrategy(s.Strategy); !ok {
-		bad("strategy", fmt.Errorf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
-	}
-	if s.Topology.Kind == "" {
-		bad("topology.kind", fmt.Errorf("missing; one of %s", topologyNames()))
-	} else if _, err := ParseTopology(string(s.Topology.Kind)); err != nil {
-		bad("topology.kind", err)
-	} else if s.Topology.PoolSize > 0 && !s.Topology.Kind.transactionPooled() {
-		bad("topology.pool_size", fmt.Errorf("topology %s has no transaction pool; leave pool_size out", s.Topology.Kind))
-	}
-	switch s.Expect {
-	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans:
-	case "":
-		bad("expect", errors.New("missing; one of safe, reproduces, fenced, reproduces-or-orphans"))
-	default:
-		bad("expect", fmt.Errorf("unknown expectation %q; valid: safe, reproduces, fenced, reproduces-or-orphans", s.Expect))
-	}
-	if d.Replicas < 1 || d.Replicas > MaxReplicas {
-		bad("replicas", fmt.Errorf("%d: need from 1 to %d; %s", d.Replicas, MaxReplicas, MaxReplicasWhy))
-	}
-	if err := fault.CheckName(d.Fault); err != nil {
-		bad("fault", err)
-	} else if len(errs) == 0 {
-		if f, ok := fault.Lookup(d.Fault); ok && !f.Available(d.FaultSetting()) {
-			bad("fault", fmt.Errorf("%s does not apply to strategy %s on topology %s; pick another fault or topology", d.Fault, d.Strategy, d.Topology))
+	return err.Error()
+}
+
+// position is the line and column, counted from 1, of the byte at
+// offset-1: the last one read when encoding/json gave up at offset.
+func position(data []byte, offset int64) (line, col int) {
+	line = 1
+	for _, c := range data[:min(int(offset), len(data))] {
+		if c == '\n' {
+			line, col = line+1, 0
+			continue
 		}
+		col++
 	}
-	if len(errs) > 0 {
-		return errors.New(strings.Join(errs, "; "))
+	return line, max(col, 1)
+}
+
+// article puts "a" or "an" before a JSON kind: "an array", "a string".
+func article(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
 	}
-	return s.Validate()
+	return "a " + kind
+}
+
+// duplicateKey finds a key that an object in data holds twice and returns
+// it with its parents' keys ("topology.kind"); data is valid JSON.
+func duplicateKey(data []byte) (string, bool) {
+	key, _ := duplicateIn(json.NewDecoder(bytes.NewReader(data)), "")
+	return key, key != ""
+}
+
+// duplicateIn reads one value from dec, path being where it is, and
+// returns the first key an object in it holds twice.
+func duplicateIn(dec *json.Decoder, path string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			k, _ := tok.(string)
+			name := k
+			if path != "" {
+				name = path + "." + k
+			}
+			if seen[k] {
+				return name, nil
+			}
+			seen[k] = true
+			if dup, err := duplicateIn(dec, name); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token()
+		return "", err
+	case json.Delim('['):
+		for dec.More() {
+			if dup, err := duplicateIn(dec, path+"[]"); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token()
+		return "", err
+	}
+	return "", nil
 }

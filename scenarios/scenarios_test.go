@@ -159,8 +159,8 @@ func TestRunRejectsBadScenarios(t *testing.T) {
 		{"UnknownTopology", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: "mesh"}, Expect: ExpectSafe}, `unknown topology "mesh"`},
 		{"UnknownExpectation", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: "maybe"}, `unknown expectation "maybe"`},
 		{"UnknownFault", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Fault: "METEOR"}, `unknown fault "METEOR"`},
-		{"NegativeReplicas", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Replicas: -1}, "replicas -1: need from 1 to 8"},
-		{"TooManyReplicas", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Replicas: MaxReplicas + 1}, "replicas 9: need from 1 to 8; more can exhaust the PgBouncer session pool"},
+		{"NegativeReplicas", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Replicas: -1}, `field "replicas": -1 is below 1: a run needs a replica to lead; use 1 to 8`},
+		{"TooManyReplicas", Scenario{Name: "x", Strategy: "fenced", Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Replicas: MaxReplicas + 1}, `field "replicas": 9 is above 8: more can exhaust the PgBouncer session pool`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Run(context.Background(), tc.sc, RunOptions{Stack: s})

@@ -28,6 +28,10 @@ const (
 	// StrategyFenced is lease.Fenced, the table lease with a TTL and a
 	// fencing token.
 	StrategyFenced = "fenced"
+	// StrategyFencedWait is lease.Fenced with Wait: on a direct endpoint
+	// a release's NOTIFY wakes a waiting follower; through PgBouncer it
+	// polls as StrategyFenced does (lease.Fenced.Waits).
+	StrategyFencedWait = "fenced-wait"
 )
 
 // LeaseConfig is what a strategy gets to build one replica's lease.
@@ -149,7 +153,20 @@ var strategies = struct {
 		Setup:      func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, fencedTable) },
 		TokenTable: fencedTable,
 	},
+	StrategyFencedWait: fencedWait(),
 }}
+
+// fencedWait is lease.Fenced with Wait. A follower waits in Acquire for
+// at most the poll interval, as advisory-wait's does.
+func fencedWait() Strategy {
+	return Strategy{
+		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
+			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger,
+				Wait: true, WaitTimeout: c.PollInterval})
+		},
+		Setup: func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, "") },
+	}
+}
 
 // RegisterStrategy makes a lease of the user's own available to scenarios
 // under name. Replicas are this same binary started again, so register in

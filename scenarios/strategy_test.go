@@ -22,7 +22,7 @@ func TestStrategyRefusalMatchesTheLease(t *testing.T) {
 	db := stacktest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, name := range []string{StrategyAdvisory, StrategyAdvisoryUnguarded, StrategyAdvisoryWait, StrategyFenced} {
+	for _, name := range []string{StrategyAdvisory, StrategyAdvisoryUnguarded, StrategyAdvisoryWait, StrategyFenced, StrategyFencedWait} {
 		t.Run(name, func(t *testing.T) {
 			s, ok := LookupStrategy(name)
 			require.True(t, ok)

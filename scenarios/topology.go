@@ -29,9 +29,9 @@ var Topologies = []TopologyKind{Direct, Session, Transaction, Pinned, Alias}
 // Pooled reports whether the work goes through PgBouncer.
 func (k TopologyKind) Pooled() bool { return k != Direct }
 
-// transactionPooled reports whether the work goes through a transaction
+// TransactionPooled reports whether the work goes through a transaction
 // pool, whose size the Topology carries.
-func (k TopologyKind) transactionPooled() bool { return k == Transaction || k == Pinned || k == Alias }
+func (k TopologyKind) TransactionPooled() bool { return k == Transaction || k == Pinned || k == Alias }
 
 // Topology is a TopologyKind with its transaction pool size.
 type Topology struct {
@@ -42,7 +42,7 @@ type Topology struct {
 }
 
 func (t Topology) String() string {
-	if t.Kind.transactionPooled() {
+	if t.Kind.TransactionPooled() {
 		return fmt.Sprintf("%s(pool=%d)", t.Kind, cmp.Or(t.PoolSize, 1))
 	}
 	return string(t.Kind)

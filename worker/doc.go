@@ -144,8 +144,8 @@
 //     history either. A run that runs out of its one-second budget runs
 //     again on the next cycle.
 //
-// The claim's plan, printed by `make bench BENCH_FLAGS='-explain -batches 100
-// -backlogs 1000000 -topologies direct'` (auto_explain with ANALYZE and
+// The claim's plan, printed by `make bench BENCH_FLAGS='--explain --batches 100
+// --backlogs 1000000 --topologies direct'` (auto_explain with ANALYZE and
 // BUFFERS; Postgres 15, a backlog of 1,000,000, batch 100), after a worker
 // had run a while. Before, after 348,400 completed jobs (PollInterval 1 ms,
 // 30 s), every claim read past their dead entries:
@@ -189,8 +189,8 @@
 // the due index, 13 ms), until autovacuum removes them.
 //
 // `make bench` measures jobs/s and jobs per CPU-second over batch sizes,
-// backlogs and topologies, and -history drains a backlog in segments; see
-// worker/internal/bench and the README.
+// backlogs and topologies, and --history drains a backlog in segments; see
+// `doublerun bench --help` and the README.
 //
 // # At least once, never exactly once
 //

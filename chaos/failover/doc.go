@@ -22,7 +22,8 @@
 // to the end of the first call that returns Leader afterwards. It is the
 // lease's own failover: a worker adds its first claim after it, and a
 // scenario (package scenarios) measures that whole path on the oracle's
-// clock. Strategies:
+// clock. Strategies, named as package scenarios names them (and faults
+// as the catalog, package scenarios/fault, names them):
 //
 //	advisory       lease.Advisory, TryAcquire every poll
 //	advisory-wait  lease.Advisory with Wait, through Acquire: the server

@@ -38,9 +38,9 @@ func BenchmarkFailover(b *testing.B) {
 							key++
 							spec := failover.Spec{Strategy: strategy, DSN: ep.DSN, Key: key, TTL: 2 * time.Second, Poll: 100 * time.Millisecond,
 								Name: fmt.Sprintf("fo-%s-%s-%s-%d", ep.Name, strategy, fault, len(samples))}
-							d, err := failover.Trial(ctx, admin, spec, fault)
+							o, err := failover.Trial(ctx, admin, spec, fault)
 							require.NoError(b, err)
-							samples = append(samples, d)
+							samples = append(samples, o.Latency)
 						}
 					}
 					s := failover.Summarize(samples)

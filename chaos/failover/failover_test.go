@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/chaos/failover"
+	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -81,9 +83,9 @@ func TestRunMeasuresEveryFault(t *testing.T) {
 	cells, err := failover.Run(ctx, failover.Config{
 		Admin:      db.Postgres.DSN,
 		Endpoints:  []failover.Endpoint{{Name: "direct", DSN: db.Postgres.DSN}},
-		Strategies: []string{failover.AdvisoryWait, failover.Advisory},
+		Strategies: []string{scenarios.StrategyAdvisoryWait, scenarios.StrategyAdvisory},
 		Trials:     2,
-		Progress:   func(done, total int, c failover.Cell) { progress = append(progress, c.Line()) },
+		Progress:   func(done, total int, c failover.Result) { progress = append(progress, c.Line()) },
 	})
 	require.NoError(t, err)
 	require.Len(t, cells, 6)
@@ -91,10 +93,14 @@ func TestRunMeasuresEveryFault(t *testing.T) {
 	for _, c := range cells {
 		require.Equal(t, 2, c.Stats.N, c.Line())
 		require.Positive(t, c.Stats.P50, c.Line())
-		if c.Strategy == failover.AdvisoryWait && c.Fault != failover.TerminateLeaderBackend {
-			// The server wakes the waiting survivor; a poll would take
-			// up to 100ms. Generous for a loaded machine.
-			require.Less(t, c.Stats.Max, 100*time.Millisecond, c.Line())
+		if c.Strategy == scenarios.StrategyAdvisoryWait && c.Fault != fault.TerminateLeaderBackend.Name() {
+			// The server hands the lease to the survivor waiting in
+			// pg_advisory_lock: its new term comes from a call already
+			// under way at the fault, not from a later poll. (A bound
+			// on time could not tell the two apart on a loaded host.)
+			// Between two waits the survivor is off the lock for a
+			// moment, so one trial of two may land there.
+			require.GreaterOrEqual(t, c.Woken, 1, c.Line())
 		}
 	}
 	table := failover.Table(cells)
@@ -112,8 +118,8 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	_, err := failover.Run(ctx, failover.Config{
 		Admin:      db.Postgres.DSN,
 		Endpoints:  []failover.Endpoint{{Name: "direct", DSN: db.Postgres.DSN}},
-		Strategies: []string{failover.Fenced},
-		Faults:     []string{failover.KillLeader},
+		Strategies: []string{scenarios.StrategyFenced},
+		Faults:     []string{fault.KillLeader.Name()},
 	})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Less(t, time.Since(begin), 10*time.Second)

@@ -40,7 +40,7 @@ type Config struct {
 	// TTL is the fenced lease's; default 2s.
 	TTL time.Duration
 	// Progress, if set, sees each cell as it is done.
-	Progress func(done, total int, c Cell)
+	Progress func(done, total int, r Result)
 }
 
 func (c Config) withDefaults() Config {
@@ -85,16 +85,20 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Cell is one endpoint, strategy and fault, with every trial's failover.
-type Cell struct {
+// Result is what one cell of the table (an endpoint, a strategy and a
+// fault) measured: every trial's failover.
+type Result struct {
 	Endpoint string          `json:"endpoint"`
 	Strategy string          `json:"strategy"`
 	Fault    string          `json:"fault"`
 	Samples  []time.Duration `json:"samples_ns"`
 	Stats    Stats           `json:"stats"`
+	// Woken counts the trials whose new leader came from a call already
+	// under way at the fault (Outcome.Woken).
+	Woken int `json:"woken"`
 }
 
-// Stats sums up a cell's samples.
+// Stats sums up a result's samples.
 type Stats struct {
 	N   int           `json:"n"`
 	P50 time.Duration `json:"p50_ns"`
@@ -123,10 +127,10 @@ func Percentile(sorted []time.Duration, p int) time.Duration {
 }
 
 // Run measures every cell of cfg, one trial at a time (a trial's timing
-// must not compete with another's), and returns the cells done. It stops
-// at the first trial that fails, or when ctx ends, returning the cells
+// must not compete with another's), and returns the results done. It stops
+// at the first trial that fails, or when ctx ends, returning the results
 // finished before with the error.
-func Run(ctx context.Context, cfg Config) ([]Cell, error) {
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -140,24 +144,27 @@ func Run(ctx context.Context, cfg Config) ([]Cell, error) {
 		return nil, err
 	}
 	total := len(cfg.Endpoints) * len(cfg.Strategies) * len(cfg.Faults)
-	var cells []Cell
+	var cells []Result
 	key := int32(1000)
 	for _, ep := range cfg.Endpoints {
 		for _, strategy := range cfg.Strategies {
 			for _, fault := range cfg.Faults {
-				c := Cell{Endpoint: ep.Name, Strategy: strategy, Fault: fault}
+				c := Result{Endpoint: ep.Name, Strategy: strategy, Fault: fault}
 				for i := range cfg.Trials {
 					key++
 					spec := Spec{Strategy: strategy, DSN: ep.DSN, Key: key, TTL: cfg.TTL, Poll: cfg.Poll,
 						Name: fmt.Sprintf("failover-%s-%s-%s-%d", ep.Name, strategy, strings.ToLower(fault), i)}
-					d, err := Trial(ctx, admin, spec, fault)
+					o, err := Trial(ctx, admin, spec, fault)
 					if err != nil {
 						if ctx.Err() != nil {
 							return cells, ctx.Err()
 						}
 						return cells, fmt.Errorf("%s/%s/%s trial %d: %w", ep.Name, strategy, fault, i+1, err)
 					}
-					c.Samples = append(c.Samples, d)
+					c.Samples = append(c.Samples, o.Latency)
+					if o.Woken {
+						c.Woken++
+					}
 				}
 				c.Stats = Summarize(c.Samples)
 				cells = append(cells, c)
@@ -170,14 +177,14 @@ func Run(ctx context.Context, cfg Config) ([]Cell, error) {
 	return cells, nil
 }
 
-// Line is a cell's progress line.
-func (c Cell) Line() string {
+// Line is a result's progress line.
+func (c Result) Line() string {
 	s := c.Stats
 	return fmt.Sprintf("%-8s %-14s %-25s p50 %8s  p99 %8s  max %8s  n %d", c.Endpoint, c.Strategy, c.Fault, Ms(s.P50), Ms(s.P99), Ms(s.Max), s.N)
 }
 
-// Table renders cells as a Markdown table.
-func Table(cells []Cell) string {
+// Table renders results as a Markdown table.
+func Table(cells []Result) string {
 	var b strings.Builder
 	b.WriteString("| endpoint | strategy | fault | p50 | p99 | max | n |\n|---|---|---|---:|---:|---:|---:|\n")
 	for _, c := range cells {

@@ -9,20 +9,16 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios"
 )
 
-// The strategies a failover is measured for: lease.Advisory polled with
-// TryAcquire, lease.Advisory with Wait called through Acquire,
-// lease.Fenced polled, and lease.Fenced with Wait called through Acquire.
-const (
-	Advisory     = "advisory"
-	AdvisoryWait = "advisory-wait"
-	Fenced       = "fenced"
-	FencedWait   = "fenced-wait"
-)
-
-// Strategies lists them, in table order.
-var Strategies = []string{Advisory, AdvisoryWait, Fenced, FencedWait}
+// Strategies are the strategies a failover is measured for, named as
+// package scenarios names them, in table order: lease.Advisory polled
+// with TryAcquire (scenarios.StrategyAdvisory), lease.Advisory with Wait
+// called through Acquire (StrategyAdvisoryWait), lease.Fenced polled
+// (StrategyFenced), and lease.Fenced with Wait called through Acquire
+// (StrategyFencedWait).
+var Strategies = []string{scenarios.StrategyAdvisory, scenarios.StrategyAdvisoryWait, scenarios.StrategyFenced, scenarios.StrategyFencedWait}
 
 // Spec is one replica's lease, in a form that can be handed to a child
 // process as JSON.
@@ -69,12 +65,12 @@ func CheckStrategy(name string) error {
 // in package lease measures #556 there; a waiting one is refused there.
 func NewLease(ctx context.Context, s Spec, log *slog.Logger) (lease.Lease, error) {
 	switch strings.TrimSuffix(s.Strategy, "-wait") {
-	case Advisory:
+	case scenarios.StrategyAdvisory:
 		return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
 			DSN: s.DSN, Name: s.Name, Holder: s.Holder, Key2: s.Key, ApplicationName: s.AppName(),
 			AllowTransactionPooling: !s.Waits(), Wait: s.Waits(), Logger: log,
 		})
-	case Fenced:
+	case scenarios.StrategyFenced:
 		return lease.NewFenced(ctx, lease.FencedConfig{
 			DSN: s.DSN, Name: s.Name, Holder: s.Holder, ApplicationName: s.AppName(), TTL: s.TTL,
 			Wait: s.Waits(), Logger: log,

@@ -11,25 +11,22 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/fault"
 )
 
-// The faults a trial injects into the leader, named as in the chaos
-// catalog (package scenarios/fault).
-const (
-	// KillLeader: the leader is a child process (this binary, started
-	// again), killed with SIGKILL; the kernel closes its sockets.
-	KillLeader = "KILL_LEADER"
-	// TerminateLeaderBackend: pg_terminate_backend of the leader's lease
-	// backend; the leader lives on and keeps calling, so the first Leader
-	// may be its own.
-	TerminateLeaderBackend = "TERMINATE_LEADER_BACKEND"
-	// GracefulHandover: the leader stops calling and closes its lease,
-	// which releases it; measured from the start of Close.
-	GracefulHandover = "GRACEFUL_HANDOVER"
-)
-
-// Faults lists them, in table order.
-var Faults = []string{KillLeader, TerminateLeaderBackend, GracefulHandover}
+// Faults are the faults a trial injects into the leader, named and
+// defined by the chaos catalog (package scenarios/fault), in table order:
+//
+//	KILL_LEADER               the leader is a child process (this binary,
+//	                          started again), killed with SIGKILL; the
+//	                          kernel closes its sockets
+//	TERMINATE_LEADER_BACKEND  pg_terminate_backend of the leader's lease
+//	                          backend; the leader lives on and keeps
+//	                          calling, so the first Leader may be its own
+//	GRACEFUL_HANDOVER         the leader stops calling and closes its
+//	                          lease, which releases it; measured from the
+//	                          start of Close
+var Faults = []string{fault.KillLeader.Name(), fault.TerminateLeaderBackend.Name(), fault.GracefulHandover.Name()}
 
 // CheckFault returns nil for a fault of Faults, else an error that lists
 // them.
@@ -45,22 +42,34 @@ const giveUp = time.Minute
 
 // observation is one call of a replica.
 type observation struct {
-	replica string
-	ended   time.Time
-	res     lease.Result
+	replica        string
+	started, ended time.Time
+	res            lease.Result
 }
 
-// Trial measures one failover: from the instant fault is injected into
+// Outcome is what one trial measured.
+type Outcome struct {
+	// Latency runs from the fault until a call returned Leader.
+	Latency time.Duration
+	// Woken says that call was already under way when the fault landed:
+	// the server handed the lease over to a waiting survivor, where a
+	// polling one learns of it only from a call it starts later. It tells
+	// a wake-up from a lucky poll without a bound on time.
+	Woken bool
+}
+
+// Trial measures one failover: from the instant faultName is injected into
 // the leader until a replica's call returns Leader, on this process's
-// monotonic clock. Two replicas run, the leader ("a") and a survivor
+// monotonic clock, and whether that call was under way at the fault
+// (Outcome.Woken). Two replicas run, the leader ("a") and a survivor
 // ("b"), each calling its lease at the pace of spec.Poll; the fault lands
 // at a random phase of the poll, after the survivor has had a poll's time
 // to start waiting. admin is a direct connection to spec's database, from
 // which the leader's backend is found and terminated. Every lease the
 // trial opens is closed, and its child process killed, before it returns.
-func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (time.Duration, error) {
-	if err := CheckFault(fault); err != nil {
-		return 0, err
+func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, faultName string) (Outcome, error) {
+	if err := CheckFault(faultName); err != nil {
+		return Outcome{}, err
 	}
 	trialCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
@@ -75,23 +84,23 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (time.
 		stopLeader = func() {}
 		leaderDone = make(chan struct{})
 	)
-	if fault == KillLeader {
+	if faultName == fault.KillLeader.Name() {
 		var err error
 		if kid, err = startChild(trialCtx, spec.As("a")); err != nil {
-			return 0, err
+			return Outcome{}, err
 		}
 		defer kid.stop()
 		close(leaderDone)
 	} else {
 		var err error
 		if leader, err = NewLease(ctx, spec.As("a"), nil); err != nil {
-			return 0, fmt.Errorf("leader's lease: %w", err)
+			return Outcome{}, fmt.Errorf("leader's lease: %w", err)
 		}
 		// Deferred first, it runs last: after the loops have stopped.
 		defer leader.Close(closeCtx)
 		first, err := leader.TryAcquire(ctx)
 		if err != nil || first.Status != lease.Leader {
-			return 0, fmt.Errorf("the first lease did not lead: %s %v %v", first.Status, first.Err, err)
+			return Outcome{}, fmt.Errorf("the first lease did not lead: %s %v %v", first.Status, first.Err, err)
 		}
 		term = first.Term
 		var leaderCtx context.Context
@@ -101,11 +110,11 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (time.
 	defer func() { stopLeader(); <-leaderDone }()
 	survivor, err := NewLease(ctx, spec.As("b"), nil)
 	if err != nil {
-		return 0, fmt.Errorf("survivor's lease: %w", err)
+		return Outcome{}, fmt.Errorf("survivor's lease: %w", err)
 	}
 	defer survivor.Close(closeCtx)
 	if res, err := survivor.TryAcquire(ctx); err != nil || res.Status != lease.Follower {
-		return 0, fmt.Errorf("the second lease was not a follower: %s %v %v", res.Status, res.Err, err)
+		return Outcome{}, fmt.Errorf("the second lease was not a follower: %s %v %v", res.Status, res.Err, err)
 	}
 	survivorDone := make(chan struct{})
 	go func() { defer close(survivorDone); replicaLoop(trialCtx, spec, survivor, "b", obs) }()
@@ -114,32 +123,32 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (time.
 	// Land the fault at a random phase of the poll, and let a waiting
 	// survivor be in its wait.
 	if err := sleep(ctx, spec.Poll+rand.N(spec.Poll)); err != nil {
-		return 0, err
+		return Outcome{}, err
 	}
 	var start time.Time
-	switch fault {
-	case GracefulHandover:
+	switch faultName {
+	case fault.GracefulHandover.Name():
 		stopLeader()
 		<-leaderDone
 		start = time.Now()
 		if err := leader.Close(ctx); err != nil {
-			return 0, fmt.Errorf("release: %w", err)
+			return Outcome{}, fmt.Errorf("release: %w", err)
 		}
-	case KillLeader:
+	case fault.KillLeader.Name():
 		start = time.Now()
 		if err := kid.kill(); err != nil {
-			return 0, fmt.Errorf("kill the leader: %w", err)
+			return Outcome{}, fmt.Errorf("kill the leader: %w", err)
 		}
-	case TerminateLeaderBackend:
+	case fault.TerminateLeaderBackend.Name():
 		var pid int32
 		if err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
 			spec.As("a").AppName()).Scan(&pid); err != nil {
-			return 0, fmt.Errorf("find the leader's backend: %w", err)
+			return Outcome{}, fmt.Errorf("find the leader's backend: %w", err)
 		}
 		start = time.Now()
 		var ok bool
 		if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
-			return 0, fmt.Errorf("pg_terminate_backend(%d): %v %v", pid, ok, err)
+			return Outcome{}, fmt.Errorf("pg_terminate_backend(%d): %v %v", pid, ok, err)
 		}
 	}
 	deadline := time.NewTimer(giveUp)
@@ -160,12 +169,12 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, fault string) (time.
 			// reports with its old term and no fault seen came from a
 			// backend that had not died yet.
 			if o.res.Status == lease.Leader && (o.replica == "b" || oldLeaderNoticed || o.res.Term != term) {
-				return o.ended.Sub(start), nil
+				return Outcome{Latency: o.ended.Sub(start), Woken: o.started.Before(start)}, nil
 			}
 		case <-deadline.C:
-			return 0, fmt.Errorf("%s/%s: no leader %s after the fault", spec.Strategy, fault, giveUp)
+			return Outcome{}, fmt.Errorf("%s/%s: no leader %s after the fault", spec.Strategy, faultName, giveUp)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return Outcome{}, ctx.Err()
 		}
 	}
 }
@@ -182,7 +191,7 @@ func replicaLoop(ctx context.Context, spec Spec, l lease.Lease, replica string, 
 			return
 		}
 		select {
-		case out <- observation{replica: replica, ended: time.Now(), res: res}:
+		case out <- observation{replica: replica, started: started, ended: time.Now(), res: res}:
 		case <-ctx.Done():
 			return
 		}

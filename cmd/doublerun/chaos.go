@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
@@ -58,11 +56,12 @@ is the shards' total. It exits 1 if a cell did not match its expectation.
 (transaction, pinned, alias) once per size, such as 1,2,4, named
 strategy/topology-poolN/FAULT for sizes above 1; CHAOS_POOL_SIZES gives
 it when the flag does not; the default is 1. Each such cell expects what
-the pool-size table in package chaos says for its size.
+the table in package chaos says at its size.
 
 --replicas runs every cell with N replicas instead of 2. The expectations
-were measured with 2; with 1 no cell can show a double-run, so the cells
-expected to reproduce one fail.
+were measured with 2. A double-run needs two replicas, so --replicas 1 is
+refused for a selection with a cell that expects one; narrow it (such as
+--strategy fenced) to run one replica.
 `
 
 // envChaosTopologies selects the matrix's topologies.
@@ -110,32 +109,31 @@ func chaosCommand() command {
 				return err
 			}
 			cells = chaos.AtPoolSizes(cells, sizes)
-			for i := range cells {
-				cells[i].Replicas = cmp.Or(n, cells[i].Replicas)
-			}
-			if err := outDir("out", *out); err != nil {
+			if err := validateCells(cells, n); err != nil {
 				return err
 			}
-			m := matrixRun{e: e, cells: cells, out: *out, shard: shardI, shards: shardN, several: len(sets) > 1, walls: map[string]time.Duration{}}
-			for _, set := range sets {
-				if err := m.runOn(ctx, set); err != nil {
-					return err
-				}
-				if ctx.Err() != nil {
-					break
-				}
+			if err := checkEnv(sets[0]); err != nil {
+				return err
+			}
+			dropEmptyOut, err := outDir("out", *out)
+			if err != nil {
+				return err
+			}
+			defer dropEmptyOut()
+			res, err := chaos.RunSets(ctx, cells, chaos.RunConfig{
+				Sets: sets, Shard: shardI, Shards: shardN, Replicas: n, OutDir: *out, Logger: e.log,
+				OnSet:    func(s chaos.SetStart) { printSet(e, s, shardI, shardN) },
+				OnResult: func(done, total int, r report.Result) { fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line()) },
+			})
+			if err != nil {
+				return err
 			}
 			fmt.Fprintln(e.stdout)
-			fmt.Fprint(e.stdout, report.SummarySets(m.results, m.walls))
-			if *out != "" && m.several {
-				if err := writeFile(filepath.Join(*out, "summary.md"), report.SummarySets(m.results, m.walls)); err != nil {
-					return err
-				}
-			}
+			fmt.Fprint(e.stdout, res.Summary())
 			if ctx.Err() != nil {
-				return fmt.Errorf("interrupted after %d of %d cells; the table above covers those", len(m.results), m.planned)
+				return fmt.Errorf("interrupted after %d of %d cells; the table above covers those", len(res.Results), res.Planned)
 			}
-			if err := report.Verdict(m.results).Err(); err != nil {
+			if err := res.Verdict().Err(); err != nil {
 				if *out == "" {
 					return fmt.Errorf("%w; see the table above", err)
 				}
@@ -146,9 +144,64 @@ func chaosCommand() command {
 	}
 }
 
+// printSet prints what a version set's run is about to do, or that it is
+// skipped.
+func printSet(e *env, s chaos.SetStart, shard, shards int) {
+	have := s.Stack.Versions().Set
+	if s.RanFor != "" {
+		fmt.Fprintf(e.stdout, "chaos: %s: the %s provider runs %s, which already ran for %s; skipped\n", s.Asked, s.Stack.Provider(), have, s.RanFor)
+		return
+	}
+	shardText := ""
+	if shards > 1 {
+		shardText = fmt.Sprintf(", shard %d/%d of %d", shard, shards, s.Total)
+	}
+	fmt.Fprintln(e.stdout, versionsLine(s.Stack))
+	fmt.Fprintf(e.stdout, "chaos: %d cell(s)%s, %d replicas each, reports in %s\n", s.Cells, shardText, s.Replicas, orNone(s.Dir))
+}
+
+// validateCells checks every cell's scenario with the flags applied
+// (validate; replicas, when not 0, is --replicas), and names the cells a
+// complaint is about when it is not about all of them: --replicas 1 is
+// too few only for the cells that expect a double-run.
+func validateCells(cells []chaos.Cell, replicas int) error {
+	flagOf := map[string]string{}
+	if replicas != 0 {
+		flagOf["replicas"] = "replicas"
+	}
+	var first error
+	var firstCell string
+	failed, same := 0, true
+	for _, c := range cells {
+		sc, err := c.Scenario()
+		if err == nil {
+			sc.Replicas = cmp.Or(replicas, sc.Replicas)
+			err = validate(sc, flagOf)
+		}
+		if err == nil {
+			continue
+		}
+		failed++
+		if first == nil {
+			first, firstCell = err, c.Name()
+		} else if err.Error() != first.Error() {
+			same = false
+		}
+	}
+	switch {
+	case first == nil:
+		return nil
+	case failed == len(cells) && same:
+		return first
+	case failed == 1:
+		return usageError{fmt.Sprintf("cell %s: %v", firstCell, first)}
+	}
+	return usageError{fmt.Sprintf("cell %s and %d more of the %d selected: %v", firstCell, failed-1, len(cells), first)}
+}
+
 // chaosCells picks the cells the flags and CHAOS_TOPOLOGIES select. Each
 // unknown name is a usage error that lists the valid ones.
-func chaosCells(faultName, strategy, topology, envTopologies string) ([]scenarios.Scenario, error) {
+func chaosCells(faultName, strategy, topology, envTopologies string) ([]chaos.Cell, error) {
 	if strategy != "" && !slices.Contains(chaos.Strategies, strategy) {
 		return nil, usageError{fmt.Sprintf("unknown strategy %q; valid: %s", strategy, strings.Join(chaos.Strategies, ", "))}
 	}
@@ -168,14 +221,14 @@ func chaosCells(faultName, strategy, topology, envTopologies string) ([]scenario
 	case strings.TrimSpace(envTopologies) != "":
 		ts, err := scenarios.ParseTopologies(envTopologies)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", envChaosTopologies, err)
+			return nil, envError{fmt.Sprintf("%s: %v", envChaosTopologies, err)}
 		}
 		topologies = ts
 	}
-	var cells []scenarios.Scenario
-	for _, sc := range chaos.Matrix(topologies...) {
-		if (faultName == "" || sc.Fault == faultName) && (strategy == "" || sc.Strategy == strategy) {
-			cells = append(cells, sc)
+	var cells []chaos.Cell
+	for _, c := range chaos.Matrix(topologies...) {
+		if (faultName == "" || c.Fault == faultName) && (strategy == "" || c.Strategy == strategy) {
+			cells = append(cells, c)
 		}
 	}
 	if len(cells) == 0 {
@@ -185,8 +238,10 @@ func chaosCells(faultName, strategy, topology, envTopologies string) ([]scenario
 			}
 		}
 		if faultName != "" && strategy != "" && len(topologies) == 1 {
-			if _, err := chaos.Cell(strategy, topologies[0], faultName); err != nil {
-				return nil, usageError{err.Error()}
+			// Why the one cell these flags name is none of the matrix's.
+			_, err := chaos.Cell{Strategy: strategy, Topology: topologies[0], Fault: faultName}.Scenario()
+			if err := flagged(err, map[string]string{"fault": "fault", "topology.kind": "topology"}); err != nil {
+				return nil, err
 			}
 		}
 		return nil, errors.New("no cell of the matrix matches these flags")

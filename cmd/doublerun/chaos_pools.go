@@ -27,7 +27,7 @@ func chaosPoolSizes(flag string, flagSet bool, env string) ([]int, error) {
 	case strings.TrimSpace(env) != "":
 		sizes, err := chaos.ParsePoolSizes(env)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", envChaosPoolSizes, err)
+			return nil, envError{fmt.Sprintf("%s: %v", envChaosPoolSizes, err)}
 		}
 		return sizes, nil
 	}

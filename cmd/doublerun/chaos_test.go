@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // chaosRegistered reports whether main.go lists the chaos command. Until it
@@ -53,7 +54,7 @@ func parallelIfRegistered(t *testing.T) {
 func TestChaosRunsOneCell(t *testing.T) {
 	parallelIfRegistered(t)
 	out := t.TempDir()
-	stdout, stderr, code := runChaos(t, []string{"CHAOS_TOPOLOGIES="},
+	stdout, stderr, code := runChaos(t, append(stacktest.ShareEnv(), "CHAOS_TOPOLOGIES="),
 		"--fault", "KILL_LEADER", "--strategy", "fenced", "--topology", "transaction", "--out", out)
 	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, "chaos: 1 cell(s)")
@@ -82,14 +83,14 @@ func TestChaosBadInputGetsOneLine(t *testing.T) {
 			`doublerun chaos: unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced`},
 		{"UnknownTopology", nil, []string{"--topology", "mesh"}, 2,
 			`doublerun chaos: unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`},
-		{"UnknownTopologyInEnv", []string{"CHAOS_TOPOLOGIES=direct,mesh"}, nil, 1,
+		{"UnknownTopologyInEnv", []string{"CHAOS_TOPOLOGIES=direct,mesh"}, nil, 2,
 			`doublerun chaos: CHAOS_TOPOLOGIES: unknown topology "mesh"; valid: direct, session, transaction, pinned, alias`},
 		{"BadPoolSize", nil, []string{"--pool-sizes", "1,0"}, 2,
 			`doublerun chaos: --pool-sizes: pool size "0": need a whole number from 1 to 16, such as 1,2,4`},
-		{"BadPoolSizeInEnv", []string{"CHAOS_POOL_SIZES=2,x"}, nil, 1,
+		{"BadPoolSizeInEnv", []string{"CHAOS_POOL_SIZES=2,x"}, nil, 2,
 			`doublerun chaos: CHAOS_POOL_SIZES: pool size "x": need a whole number from 1 to 16, such as 1,2,4`},
 		{"FaultDoesNotApply", nil, []string{"--fault", "TERMINATE_LEADER_BACKEND", "--strategy", "fenced", "--topology", "transaction"}, 2,
-			"doublerun chaos: fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction"},
+			"doublerun chaos: --fault TERMINATE_LEADER_BACKEND does not apply to strategy fenced on topology transaction(pool=1); pick another fault or topology"},
 		{"StrategyRefusesTopology", nil, []string{"--strategy", "advisory-wait"}, 2,
 			"doublerun chaos: strategy advisory-wait refuses topology transaction: a waiting follower holds its server connection while it waits, so lease.Advisory with Wait refuses a transaction-pooled endpoint; use direct, session or pinned"},
 		{"UnexpectedArgument", nil, []string{"all"}, 2, `doublerun chaos: unexpected argument "all"; this command takes only the flags listed below`},
@@ -109,8 +110,8 @@ func TestChaosCellsSelection(t *testing.T) {
 	cells, err := chaosCells("", "", "", "")
 	require.NoError(t, err)
 	require.Len(t, cells, 35, "every strategy and fault on the transaction topology")
-	for _, sc := range cells {
-		require.Equal(t, scenarios.Transaction, sc.Topology.Kind)
+	for _, c := range cells {
+		require.Equal(t, scenarios.Transaction, c.Topology)
 	}
 	cells, err = chaosCells("", "", "", "direct, pinned")
 	require.NoError(t, err)
@@ -121,9 +122,11 @@ func TestChaosCellsSelection(t *testing.T) {
 	cells, err = chaosCells("FREEZE_LEADER", "", "", "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"advisory/transaction/FREEZE_LEADER", "advisory-unguarded/transaction/FREEZE_LEADER", "fenced/transaction/FREEZE_LEADER"},
-		[]string{cells[0].Name, cells[1].Name, cells[2].Name})
+		[]string{cells[0].Name(), cells[1].Name(), cells[2].Name()})
 	cells, err = chaosCells("none", "advisory", "pinned", "")
 	require.NoError(t, err)
 	require.Len(t, cells, 1)
-	require.Equal(t, scenarios.ExpectSafe, cells[0].Expect)
+	sc, err := cells[0].Scenario()
+	require.NoError(t, err)
+	require.Equal(t, scenarios.ExpectSafe, sc.Expect)
 }

@@ -54,9 +54,14 @@ func failoverCommand() command {
 			if err != nil {
 				return err
 			}
-			if err := outDir("out", *out); err != nil {
+			if err := checkEnv(""); err != nil {
 				return err
 			}
+			dropEmptyOut, err := outDir("out", *out)
+			if err != nil {
+				return err
+			}
+			defer dropEmptyOut()
 			s, closeStack, err := startStack(ctx, e)
 			if err != nil {
 				return err
@@ -82,7 +87,7 @@ func failoverCommand() command {
 			total := len(cfg.Endpoints) * len(cfg.Strategies) * len(cfg.Faults)
 			fmt.Fprintf(e.stdout, "failover: %d cell(s) × %d trials on %s; poll %s, fenced TTL %s\n",
 				total, cfg.Trials, strings.Join(topos, ", "), cfg.Poll, cfg.TTL)
-			cfg.Progress = func(done, total int, c failover.Cell) {
+			cfg.Progress = func(done, total int, c failover.Result) {
 				fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, c.Line())
 			}
 			begin := time.Now()
@@ -162,7 +167,7 @@ func list(flagName, value string, check func(string) error) ([]string, error) {
 }
 
 // writeFailover writes the table and the raw figures under dir.
-func writeFailover(dir string, cells []failover.Cell) error {
+func writeFailover(dir string, cells []failover.Result) error {
 	data, err := json.MarshalIndent(cells, "", "  ")
 	if err != nil {
 		return err

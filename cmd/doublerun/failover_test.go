@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 func TestFailoverBadInputGetsOneLine(t *testing.T) {
@@ -49,7 +51,7 @@ func TestFailoverBadInputGetsOneLine(t *testing.T) {
 func TestFailoverPrintsTheTable(t *testing.T) {
 	t.Parallel()
 	out := t.TempDir()
-	stdout, stderr, code := cli(t, nil, "failover", "--trials", "2", "--strategy", "advisory-wait", "--fault", "GRACEFUL_HANDOVER,KILL_LEADER",
+	stdout, stderr, code := cli(t, stacktest.ShareEnv(), "failover", "--trials", "2", "--strategy", "advisory-wait", "--fault", "GRACEFUL_HANDOVER,KILL_LEADER",
 		"--topology", "direct", "--out", out)
 	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, "failover: 2 cell(s) × 2 trials on direct; poll 100ms, fenced TTL 2s\n")

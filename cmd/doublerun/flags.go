@@ -7,12 +7,14 @@ import (
 	"io"
 	iofs "io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
 // flagSet is a command's flag set with its usage text. flag itself prints
@@ -124,60 +126,108 @@ func flagMessage(fs *flag.FlagSet, err error) string {
 // outDir checks an --out directory before anything starts, so that a run
 // does not fail after minutes for want of a place to write: a path that
 // is a file is a usage error, and the directory is created now. An empty
-// dir means no files and passes.
-func outDir(flagName, dir string) error {
+// dir means no files and passes. The returned func removes again the
+// directories outDir created that are still empty, so that a command that
+// fails before writing anything (a stack that cannot start) leaves no
+// empty ./reports behind; the caller defers it.
+func outDir(flagName, dir string) (func(), error) {
+	none := func() {}
 	if dir == "" {
-		return nil
+		return none, nil
 	}
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		return usageError{fmt.Sprintf("--%s %s is a file, not a directory; pass a directory (it is created if missing)", flagName, dir)}
+		return none, usageError{fmt.Sprintf("--%s %s is a file, not a directory; pass a directory (it is created if missing)", flagName, dir)}
+	}
+	var created []string // deepest first
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		created = append(created, d)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		var pe *iofs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return fmt.Errorf("cannot create --%s %s (%v); pass a directory you can write to", flagName, dir, err)
+		return none, fmt.Errorf("cannot create --%s %s (%v); pass a directory you can write to", flagName, dir, err)
 	}
-	return nil
+	return func() {
+		for _, d := range created {
+			if os.Remove(d) != nil { // not empty: it holds what the command wrote
+				return
+			}
+		}
+	}, nil
 }
 
 // replicasHelp describes the --replicas flag of run and chaos.
 var replicasHelp = fmt.Sprintf("competing replica processes, 1 to %d (default: the scenario's own, 2)", scenarios.MaxReplicas)
 
 // replicasOf returns the --replicas the command line gave, 0 when it gave
-// none, and a usage error for a number outside 1 to scenarios.MaxReplicas.
+// none. An explicit 0 is a usage error: a scenario reads 0 as its
+// default, so it cannot stand for itself. Its range is Validate's.
 func replicasOf(fs *flagSet, n int) (int, error) {
 	if !fs.isSet("replicas") {
 		return 0, nil
 	}
-	if n < 1 {
-		return 0, usageError{fmt.Sprintf("--replicas must be from 1 to %d, not %d; leave it out for the scenario's own (2)", scenarios.MaxReplicas, n)}
-	}
-	if n > scenarios.MaxReplicas {
-		return 0, usageError{fmt.Sprintf("--replicas must be from 1 to %d, not %d: %s", scenarios.MaxReplicas, n, scenarios.MaxReplicasWhy)}
+	if n == 0 {
+		return 0, usageError{fmt.Sprintf("--replicas 0 is not a number of replicas; use 1 to %d, or leave it out for the scenario's own (2)", scenarios.MaxReplicas)}
 	}
 	return n, nil
 }
 
-// positiveInt is an int flag that must be at least 1 when given; 0 means
-// it was not. Its error has the form of DOUBLERUN_TRANSACTION_POOL_SIZE's
-// (stack.Options.FromEnv), so the flag and the variable say the same.
-type positiveInt int
+// validate checks sc, once the flags are applied, with Scenario.Validate,
+// the one place that knows a scenario's ranges. A field that a flag set
+// is named as that flag (flagOf maps a field to its flag name); the
+// complaints are one line.
+func validate(sc scenarios.Scenario, flagOf map[string]string) error {
+	return flagged(sc.Validate(), flagOf)
+}
 
-func (p *positiveInt) String() string {
+// flagged is err, a usage error, with each of Validate's complaints about
+// a field that a flag set named as that flag (flagOf maps a field to its
+// flag name); nil for nil.
+func flagged(err error, flagOf map[string]string) error {
+	if err == nil {
+		return nil
+	}
+	fes := scenarios.FieldErrors(err)
+	if len(fes) == 0 {
+		return usageError{err.Error()}
+	}
+	var msgs []string
+	for _, fe := range fes {
+		if flagOf[fe.Field] != "" {
+			msgs = append(msgs, fe.Flag(flagOf[fe.Field]))
+			continue
+		}
+		msgs = append(msgs, fe.Error())
+	}
+	return usageError{strings.Join(msgs, "; ")}
+}
+
+// poolSize is the --tx-pool-size flag: a transaction pool size, checked
+// by stack.CheckPoolSize (whose words DOUBLERUN_TRANSACTION_POOL_SIZE's
+// error shares); 0 means it was not given.
+type poolSize int
+
+func (p *poolSize) String() string {
 	if p == nil {
 		return "0"
 	}
 	return strconv.Itoa(int(*p))
 }
 
-// Set accepts a whole number of at least 1.
-func (p *positiveInt) Set(v string) error {
+// Set accepts a whole number from 1 to stack.MaxPoolSize.
+func (p *poolSize) Set(v string) error {
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return errors.New("is not a positive integer; leave it out or set a pool size such as 1")
+	if err == nil {
+		err = stack.CheckPoolSize(n)
 	}
-	*p = positiveInt(n)
+	if err != nil {
+		return fmt.Errorf("is not a pool size from 1 to %d (%s); leave it out or set one such as 1", stack.MaxPoolSize, stack.MaxPoolSizeWhy)
+	}
+	*p = poolSize(n)
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/doublerun/doublerun/chaos/failover"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; the
@@ -49,6 +50,13 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// envError is a usage error in an environment variable the command reads
+// itself (CHAOS_*), as stack.EnvError is in one the stack reads: exit 2,
+// one line naming the variable, and no usage, which is about flags.
+type envError struct{ msg string }
+
+func (e envError) Error() string { return e.msg }
+
 // flagError is a usage error found while parsing a flag set; the usage
 // printed after it is that flag set's, flags included (a subcommand's,
 // such as stack up's, rather than the command's).
@@ -63,6 +71,7 @@ func commands() []command {
 		reproCommand(),
 		chaosCommand(),
 		failoverCommand(),
+		benchCommand(),
 		checkCommand(),
 		stackCommand(),
 		mutationCommand(),
@@ -94,6 +103,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printHelp(stdout)
 		return 0
 	}
+	if args[0] == "help" && args[1] == "help" {
+		printHelp(stdout)
+		return 0
+	}
 	if args[0] == "help" {
 		// `help CMD [SUB]` is `CMD [SUB] --help`: the same text, on stdout.
 		if _, ok := lookupCommand(args[1]); !ok {
@@ -112,9 +125,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // finish prints what a command's error calls for on stderr and returns the
 // exit code: 0 for success and asked-for help, 2 for a usage error (its
-// line, then the usage), 130 when Ctrl-C or SIGTERM ended the command (as
-// a shell reports SIGINT), 1 for anything else. Every message is one line
-// that begins with the command's name.
+// line, then the usage) and for an environment variable the command cannot
+// take (its line), 130 when Ctrl-C or SIGTERM ended the command (as a
+// shell reports SIGINT), 1 for anything else. Every message is one line
+// that begins with the command's name. README.md's table of exit codes
+// says the same, and TestExitCodesAsTheREADMESays runs its examples.
 func finish(ctx context.Context, stderr io.Writer, c command, err error) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -135,6 +150,12 @@ func finish(ctx context.Context, stderr io.Writer, c command, err error) int {
 	var ue usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(stderr, "doublerun %s: %s\n\n%s", c.name, ue.msg, c.usage)
+		return 2
+	}
+	var ee envError
+	var se *stack.EnvError
+	if errors.As(err, &ee) || errors.As(err, &se) {
+		fmt.Fprintf(stderr, "doublerun %s: %s\n", c.name, oneLine(err))
 		return 2
 	}
 	fmt.Fprintf(stderr, "doublerun %s: %s\n", c.name, oneLine(err))

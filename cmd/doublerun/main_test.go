@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,7 +60,7 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 		want string
 	}{
 		{"UnknownProvider", []string{"DOUBLERUN_PROVIDER=kubernetes"}, []string{"stack", "up"},
-			`doublerun stack: unknown provider "kubernetes" (from DOUBLERUN_PROVIDER or Options.Provider); use auto, docker, native or external`},
+			`doublerun stack: DOUBLERUN_PROVIDER="kubernetes" is not a provider; use auto, docker, native or external, or unset it for auto`},
 		{"MalformedDSN", []string{
 			"DOUBLERUN_POSTGRES_DSN=postgres://u:p@127.0.0.1:1/db",
 			"DOUBLERUN_SESSION_DSN=postgres://u:p@127.0.0.1:notaport/db",
@@ -84,9 +85,10 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 			stdout, stderr, code := cli(t, tc.env, tc.args...)
 			require.NotZero(t, code)
 			require.Empty(t, stdout)
+			stderr = messages(stderr)
 			first, _, _ := strings.Cut(stderr, "\n")
 			require.True(t, strings.HasPrefix(first, tc.want), "stderr: %q\nwant prefix: %q", stderr, tc.want)
-			if code == 1 {
+			if !strings.Contains(stderr, "\nUsage") {
 				require.Equal(t, first+"\n", stderr, "exactly one line")
 			}
 		})
@@ -137,12 +139,31 @@ func TestStackUpExportsAndCleansUpOnInterrupt(t *testing.T) {
 	require.Regexp(t, `(?m)^postgres\s+direct\s.*\sdirect \(the cancel key's PID equals pg_backend_pid\(\)`, out)
 	require.Regexp(t, `(?m)^transaction\s+transaction\s+1\s.*\stransaction-pooled \(backend \d+ served clients`, out, "a transaction pool of one, proven by behaviour")
 
+	// A transaction DSN (and its admin DSN) that is really the session
+	// bouncer: the table shows it, and check says so and exits 1.
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	swapped := append(slices.Clone(env),
+		"DOUBLERUN_TRANSACTION_DSN="+vars["DOUBLERUN_SESSION_DSN"],
+		"DOUBLERUN_TRANSACTION_ADMIN_DSN="+vars["DOUBLERUN_SESSION_ADMIN_DSN"])
+	out, errOut, code = cli(t, swapped, "stack", "check")
+	require.Equal(t, 1, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.Regexp(t, `(?m)^transaction\s+session\s+20\s.*\spinned \(`, out)
+	u, err := url.Parse(vars["DOUBLERUN_SESSION_DSN"])
+	require.NoError(t, err)
+	require.Equal(t, "doublerun stack: DOUBLERUN_TRANSACTION_DSN's bouncer has pool_mode=session on its admin console (DOUBLERUN_TRANSACTION_ADMIN_DSN), not transaction; "+
+		"point DOUBLERUN_TRANSACTION_DSN and DOUBLERUN_TRANSACTION_ADMIN_DSN at the transaction-pooling bouncer\n", lastLine(errOut), "session endpoint %s", u.Host)
+
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		require.NoError(t, err, "stack up exits 0 after Ctrl-C; stderr: %s", stderr.String())
+	case <-done:
+		require.Equal(t, 130, cmd.ProcessState.ExitCode(), "stack up exits 130 after Ctrl-C, as every command; stderr: %s", stderr.String())
+		require.Equal(t, "doublerun stack: interrupted; the stack is stopped and removed\n", lastLine(stderr.String()))
 	case <-time.After(2 * time.Minute):
 		t.Fatal("stack up did not exit after SIGINT")
 	}
@@ -153,6 +174,25 @@ func TestStackUpExportsAndCleansUpOnInterrupt(t *testing.T) {
 		}
 		require.Error(t, err, "%s still answers after stack up exited", h)
 	}
+}
+
+// messages is stderr without its log lines (slog's "time=..."): a stack's
+// start logs what its sweep of dead processes' leftovers removed, if any,
+// before whatever error ends the command.
+func messages(stderr string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(stderr, "\n") {
+		if !strings.HasPrefix(l, "time=") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
+// lastLine is the last line of s, with its newline.
+func lastLine(s string) string {
+	lines := strings.SplitAfter(strings.TrimSuffix(s, "\n"), "\n")
+	return lines[len(lines)-1] + "\n"
 }
 
 // syncBuffer is a bytes.Buffer that a child process writes while the test

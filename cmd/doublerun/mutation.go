@@ -18,11 +18,34 @@ import (
 )
 
 const mutationUsage = `Usage:
+  doublerun mutation ci     [--shard K] [--budget D] [--write-record] [--guards=false]
+                            [--record FILE] [--baseline FILE] [--equivalents FILE]
+                            [--manifest GLOB] [--out DIR]
+  doublerun mutation full   [--packages LIST] [--shard K/N] [--shards N]
+                            [--write-record] [--out DIR]
   doublerun mutation guards [--manifest GLOB] [--guard REGEX] [--parallel N]
                             [--timeout D] [--share-stack] [--json]
-  doublerun mutation gate --report [NAME=]FILE [--report ...]
-                          [--baseline FILE] [--min-efficacy X] [--min-coverage Y]
-                          [--write-baseline]
+  doublerun mutation gate   --report [NAME=]FILE [--report ...] [--merge]
+                            [--baseline FILE] [--equivalents FILE]
+                            [--min-efficacy X] [--min-coverage Y]
+                            [--write-baseline] [--write-record]
+
+ci      the gate of every submission (make mutation-ci): gremlins on every
+        mutant of the lines changed since the base that
+        testdata/mutation/record.json names, on one shard of lease's and
+        worker's lines in turn (1 + commits modulo shards) and on every
+        mutant of scenarios/oracle, then the named guards, all on one
+        shared stack. A mutant of a changed line must be KILLED; a LIVED
+        mutant fails unless testdata/mutation/equivalents.json lists it;
+        a shard's figures must reach its record. A change whose mutants
+        would take longer than --budget fails at once: run make mutation
+        and commit its record.
+
+full    gremlins on every mutant of the gated packages (make mutation), or
+        of one shard of their lines (--shard K/N, a nightly job), on one
+        shared stack; unsharded, gates the reports as gate does with the
+        committed baseline and equivalents, and --write-record writes the
+        record on a pass.
 
 guards  applies each named guard mutant of the manifests (see
         testdata/mutation/README.md) through go test -overlay, runs the
@@ -34,38 +57,43 @@ guards  applies each named guard mutant of the manifests (see
         external provider; tests that add a PgBouncer of their own then
         run it as a local process, so a pgbouncer binary must be installed.
 
-gate    reads gremlins JSON reports (go tool gremlins unleash --output FILE),
-        one per package; NAME is the package directory ("lease"), by default
+gate    reads gremlins JSON reports (gremlins unleash --output FILE), one
+        per package (several per package with --merge: a nightly run's
+        shards); NAME is the package directory ("lease"), by default
         FILE's base name without .json. It prints efficacy and mutant
         coverage per package and every LIVED and NOT COVERED mutant, and
         fails when a package is below --min-efficacy or --min-coverage or
-        below its figures in the baseline. A score equal to a threshold
-        passes. --write-baseline raises the baseline to a passing run's
-        figures; it never lowers them.
-
-make mutation runs gremlins and the gate against one shared stack
-(mutation/run.sh).
+        below its figures in the baseline, and, with --equivalents, on
+        every LIVED mutant the file does not list (listed ones count in no
+        score). A score equal to a threshold passes. A file that is not a
+        whole gremlins v0.6.0 report is refused. --write-baseline raises
+        the baseline to a passing run's figures, never lowering them;
+        --write-record writes the record of a passing run.
 `
 
 func mutationCommand() command {
 	return command{
 		name:    "mutation",
-		summary: "prove the tests catch the guards' removal (guards) and gate gremlins' scores (gate)",
+		summary: "gate every submission (ci), run gremlins whole (full), prove the guards' tests (guards), gate reports (gate)",
 		usage:   mutationUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if len(args) == 0 {
-				return usageError{"missing subcommand: guards or gate"}
+				return usageError{"missing subcommand: ci, full, guards or gate"}
 			}
 			switch args[0] {
+			case "ci":
+				return mutationCI(ctx, e, args[1:])
+			case "full":
+				return mutationFull(ctx, e, args[1:])
 			case "guards":
 				return mutationGuards(ctx, e, args[1:])
 			case "gate":
-				return mutationGate(e, args[1:])
+				return mutationGate(ctx, e, args[1:])
 			case "-h", "-help", "--help", "help":
 				fmt.Fprint(e.stdout, mutationUsage)
 				return nil
 			}
-			return usageError{fmt.Sprintf("unknown subcommand %q: use guards or gate", args[0])}
+			return usageError{fmt.Sprintf("unknown subcommand %q: use ci, full, guards or gate", args[0])}
 		},
 	}
 }
@@ -218,14 +246,18 @@ func (r *reportFlags) Set(v string) error {
 	return nil
 }
 
-func mutationGate(e *env, args []string) error {
+func mutationGate(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("mutation gate", mutationUsage, e)
 	var reports reportFlags
 	fs.Var(&reports, "report", "gremlins JSON report of one package, as NAME=FILE or FILE (repeat per package)")
+	merge := fs.Bool("merge", false, "join the reports of one package (a run's shards) instead of refusing a second one")
 	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor, relative to the repository root unless given; empty for none")
+	eqFile := fs.String("equivalents", "", "listed equivalent mutants (testdata/mutation/equivalents.json): they count in no score, and every other LIVED mutant fails")
 	minEff := fs.Float64("min-efficacy", 0, "lowest passing test efficacy per package, in percent")
 	minCov := fs.Float64("min-coverage", 0, "lowest passing mutant coverage per package, in percent")
 	write := fs.Bool("write-baseline", false, "after a passing gate, raise the baseline file to this run's figures")
+	writeRecord := fs.String("write-record", "", "after a passing gate on a clean working tree, write the record of this commit to this file (testdata/mutation/record.json), with --shards shards")
+	shards := fs.Int("shards", 8, "shards of the record --write-record writes")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -234,6 +266,12 @@ func mutationGate(e *env, args []string) error {
 	}
 	if *write && *baselineFile == "" {
 		return usageError{"--write-baseline needs --baseline"}
+	}
+	if *writeRecord != "" && *eqFile == "" {
+		return usageError{"--write-record needs --equivalents: a record is written only by a strict gate"}
+	}
+	if *shards < 1 || *shards > 64 {
+		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", *shards)}
 	}
 	for _, f := range []struct {
 		name  string
@@ -246,13 +284,9 @@ func mutationGate(e *env, args []string) error {
 	if err := defaultInRepo(fs, "baseline", baselineFile, "mutation gate", "--baseline FILE (or --baseline '' for none)"); err != nil {
 		return err
 	}
-	var prs []mutation.PackageReport
-	for _, r := range reports {
-		rep, err := mutation.ReadReport(r.file)
-		if err != nil {
-			return err
-		}
-		prs = append(prs, mutation.PackageReport{Name: r.name, Report: rep})
+	prs, err := readReports(reports, *merge)
+	if err != nil {
+		return err
 	}
 	opts := mutation.GateOptions{MinEfficacy: *minEff, MinCoverage: *minCov}
 	if *baselineFile != "" {
@@ -262,7 +296,43 @@ func mutationGate(e *env, args []string) error {
 		}
 		opts.Baseline = b
 	}
+	var root string
+	if *eqFile != "" {
+		if opts.Equivalents, err = mutation.ReadEquivalents(*eqFile); err != nil {
+			return err
+		}
+		opts.Strict = true
+		if root, err = moduleRoot(); err != nil {
+			return err
+		}
+	}
+	return gateReports(ctx, e, prs, gateRequest{opts: opts, root: root, baselineFile: *baselineFile,
+		raiseBaseline: *write, recordFile: *writeRecord, shards: *shards})
+}
+
+// gateRequest says what to gate reports against and what to write on a
+// pass.
+type gateRequest struct {
+	opts mutation.GateOptions
+	// root is the module root, where a strict gate checks the listed
+	// equivalents against the code.
+	root          string
+	baselineFile  string
+	raiseBaseline bool
+	// recordFile, if set, gets the record of this commit with shards
+	// shards.
+	recordFile string
+	shards     int
+}
+
+// gateReports gates prs, prints the table and, on a pass, raises the
+// baseline or writes the record as asked.
+func gateReports(ctx context.Context, e *env, prs []mutation.PackageReport, req gateRequest) error {
+	opts := req.opts
 	res := mutation.Gate(prs, opts)
+	if opts.Strict {
+		res.Failures = append(res.Failures, opts.Equivalents.Stale(req.root)...)
+	}
 	printGate(e, res, opts)
 	if len(res.Failures) > 0 {
 		more := ""
@@ -271,14 +341,60 @@ func mutationGate(e *env, args []string) error {
 		}
 		return fmt.Errorf("gate failed: %s%s", res.Failures[0], more)
 	}
-	if *write {
+	if req.raiseBaseline {
 		raised := opts.Baseline.Raise(res.Packages)
-		if err := raised.Write(*baselineFile); err != nil {
+		if err := raised.Write(req.baselineFile); err != nil {
 			return fmt.Errorf("write baseline: %w", err)
 		}
-		fmt.Fprintf(e.stdout, "baseline %s raised to this run's figures\n", *baselineFile)
+		fmt.Fprintf(e.stdout, "baseline %s raised to this run's figures\n", req.baselineFile)
+	}
+	if req.recordFile != "" {
+		head, err := cleanHead(ctx, req.root)
+		if err != nil {
+			return err
+		}
+		rec, err := mutation.RecordFrom(req.root, head, req.shards, prs, opts.Equivalents)
+		if err != nil {
+			return err
+		}
+		if err := rec.Write(req.recordFile); err != nil {
+			return fmt.Errorf("write the record: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "record %s: base %s, %d shards; commit it\n", req.recordFile, head[:12], req.shards)
 	}
 	return nil
+}
+
+// readReports reads the reports, one per package, or joins a package's
+// several (a run's shards) when merge is set.
+func readReports(reports reportFlags, merge bool) ([]mutation.PackageReport, error) {
+	var prs []mutation.PackageReport
+	index := map[string]int{}
+	var parts [][]mutation.Report
+	for _, r := range reports {
+		rep, err := mutation.ReadReport(r.file)
+		if err != nil {
+			return nil, err
+		}
+		i, seen := index[r.name]
+		if !seen || !merge {
+			index[r.name] = len(prs)
+			prs = append(prs, mutation.PackageReport{Name: r.name, Report: rep})
+			parts = append(parts, []mutation.Report{rep})
+			continue
+		}
+		parts[i] = append(parts[i], rep)
+	}
+	for i := range prs {
+		if len(parts[i]) > 1 {
+			m, err := mutation.MergeReports(parts[i])
+			if err != nil {
+				return nil, fmt.Errorf("merge the reports of %s: %w", prs[i].Name, err)
+			}
+			prs[i].Report = m
+		}
+	}
+	return prs, nil
 }
 
 func printGate(e *env, res mutation.GateResult, opts mutation.GateOptions) {

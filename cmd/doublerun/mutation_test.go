@@ -95,8 +95,8 @@ func TestMutationGuardsFixture(t *testing.T) {
 			code int
 			err  string
 		}{
-			{nil, 2, "missing subcommand: guards or gate"},
-			{[]string{"run"}, 2, `unknown subcommand "run": use guards or gate`},
+			{nil, 2, "missing subcommand: ci, full, guards or gate"},
+			{[]string{"run"}, 2, `unknown subcommand "run": use ci, full, guards or gate`},
 			{[]string{"guards", "--manifest", "nowhere/*.guards.json"}, 1, `no guard manifest matches "nowhere/*.guards.json"`},
 			{[]string{"guards", "--parallel", "0"}, 2, "--parallel must be at least 1"},
 			{[]string{"guards", "--manifest", filepath.Join(fixtureGuards, "*.json"), "--guard", "^nope$"}, 1, `no guard id in`},
@@ -191,6 +191,15 @@ func TestMutationGate(t *testing.T) {
 		require.Regexp(t, `(?m)^total\s+50\.00%\s+85\.71%\s+12\s+12\s+4\s+4\s+0\s+41s\s+1\.5\s*$`, stdout, "two reports of 20.4 s and 14 test runs each")
 		require.Contains(t, stdout, "FAIL worker: mutant coverage 85.71% is below the threshold 90.00%\n")
 		require.Contains(t, stdout, "LIVED        worker/clamp.go:19:CONDITIONALS_BOUNDARY\n")
+	})
+	t.Run("RefusesAFileThatIsNotAReport", func(t *testing.T) {
+		t.Parallel()
+		empty := filepath.Join(t.TempDir(), "x.json")
+		require.NoError(t, os.WriteFile(empty, []byte("{}"), 0o644))
+		stdout, stderr, code := cli(t, nil, "mutation", "gate", "--baseline", "", "--report", "lease="+empty)
+		require.Equal(t, 1, code)
+		require.Empty(t, stdout)
+		require.Equal(t, "doublerun mutation: "+empty+" is not a gremlins v0.6.0 report: it names no go_module; give the file `gremlins unleash --output` wrote\n", stderr)
 	})
 	t.Run("CommittedBaselineNeedsLeaseAndWorker", func(t *testing.T) {
 		t.Parallel()

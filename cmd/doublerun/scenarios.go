@@ -33,7 +33,6 @@ func listCommand() command {
 			tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SCENARIO\tSTRATEGY\tTOPOLOGY\tEXPECT\tDESCRIPTION")
 			for _, s := range scenarios.All() {
-				s = s.WithDefaults()
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.Strategy, s.Topology, s.Expect, s.Description)
 			}
 			return tw.Flush()
@@ -82,20 +81,29 @@ func runCommand() command {
 			if err != nil {
 				return err
 			}
+			flagOf := map[string]string{}
 			if fs.isSet("duration") {
-				if *duration <= 0 {
-					return usageError{fmt.Sprintf("--duration must be positive, not %s; leave it out for the scenario's own (%s)", *duration, sc.WithDefaults().Duration)}
+				if *duration == 0 {
+					return usageError{fmt.Sprintf("--duration 0s is not a duration to measure; leave it out for the scenario's own (%s)", cmp.Or(sc.Duration, scenarios.DefaultDuration))}
 				}
-				sc.Duration = *duration
+				sc.Duration, flagOf["duration"] = *duration, "duration"
 			}
 			if n, err := replicasOf(fs, *replicas); err != nil {
 				return err
-			} else if n > 0 {
-				sc.Replicas = n
+			} else if n != 0 {
+				sc.Replicas, flagOf["replicas"] = n, "replicas"
 			}
-			if err := outDir("out", *out); err != nil {
+			if err := validate(sc, flagOf); err != nil {
 				return err
 			}
+			if err := checkEnv(set); err != nil {
+				return err
+			}
+			dropEmptyOut, err := outDir("out", *out)
+			if err != nil {
+				return err
+			}
+			defer dropEmptyOut()
 			s, closeStack, err := startStackOn(ctx, e, set)
 			if err != nil {
 				return err
@@ -181,9 +189,14 @@ func reproCommand() command {
 			if err != nil {
 				return err
 			}
-			if err := outDir("out", *out); err != nil {
+			if err := checkEnv(set); err != nil {
 				return err
 			}
+			dropEmptyOut, err := outDir("out", *out)
+			if err != nil {
+				return err
+			}
+			defer dropEmptyOut()
 			s, closeStack, err := startStackOn(ctx, e, set)
 			if err != nil {
 				return err
@@ -216,6 +229,15 @@ func reproCommand() command {
 			return nil
 		},
 	}
+}
+
+// checkEnv reads the stack's environment variables as the stack will, so
+// that one it cannot take (a stack.EnvError, exit 2) stops the command
+// before it creates anything. versions is the --versions flag, "" for
+// DOUBLERUN_VERSIONS.
+func checkEnv(versions string) error {
+	_, err := stack.Options{Versions: versions}.FromEnv()
+	return err
 }
 
 // startStack starts the stack the environment names and returns its

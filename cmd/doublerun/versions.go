@@ -71,7 +71,7 @@ func chaosVersionSets(flagValue string, getenv func(string) string) ([]string, e
 			if from == "--versions" {
 				return nil, usageError{msg}
 			}
-			return nil, fmt.Errorf("%s", msg)
+			return nil, envError{msg}
 		}
 		if !slices.Contains(out, name) {
 			out = append(out, name)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +63,9 @@ func TestVersionsBadInputGetsOneLine(t *testing.T) {
 		{"ReproUnknownSet", []string{"repro", "556", "--versions", "pg16"}, 2,
 			`doublerun repro: unknown version set "pg16" for --versions; use one of pg15-pgbouncer1.18, pg17-pgbouncer1.24, or leave it out for pg17-pgbouncer1.24`},
 		{"MergeWithoutDirectories", []string{"chaos", "merge"}, 2,
-			"doublerun chaos: chaos merge needs the directories of the runs to merge, such as reports/shard-1 reports/shard-2"},
-		{"MergeOfNothing", []string{"chaos", "merge", os.TempDir() + "/doublerun-no-such-dir"}, 1, "doublerun chaos: lstat " + os.TempDir() + "/doublerun-no-such-dir: no such file or directory"},
+			"doublerun chaos: merge: give the directories of the runs to merge, such as reports/shard-1 reports/shard-2"},
+		{"MergeOfNothing", []string{"chaos", "merge", os.TempDir() + "/doublerun-no-such-dir"}, 2,
+			"doublerun chaos: merge: " + os.TempDir() + "/doublerun-no-such-dir does not exist; pass the --out directories of `doublerun chaos` runs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -80,26 +83,32 @@ func TestVersionsBadInputGetsOneLine(t *testing.T) {
 func TestChaosMergePrintsAndWritesTheSummary(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	cell := func(name string, pass bool) report.Cell {
+	cell := func(name string, pass bool) report.Result {
 		sc := scenarios.Scenario{Name: "fenced/transaction/" + name, Strategy: "fenced", Fault: name, Expect: scenarios.ExpectSafe,
 			Topology: scenarios.Topology{Kind: scenarios.Transaction, PoolSize: 1}}
-		return report.Cell{Scenario: sc, Versions: "pg17-pgbouncer1.24", Report: &scenarios.Report{Scenario: sc,
+		return report.Result{Scenario: sc, Versions: "pg17-pgbouncer1.24", Report: &scenarios.Report{Scenario: sc,
 			Stack:   scenarios.StackInfo{Provider: "docker", Versions: scenarios.VersionsInfo{Set: "pg17-pgbouncer1.24", Postgres: "17.12", PgBouncer: "1.24.1"}},
 			Metrics: oracle.Metrics{Leaderless: oracle.Window{Total: oracle.Duration(time.Second)}},
 			Verdict: scenarios.Verdict{Expect: scenarios.ExpectSafe, Pass: pass, Reason: "because"}}}
 	}
-	for i, c := range []report.Cell{cell("KILL_LEADER", true), cell("none", false)} {
+	for i, c := range []report.Result{cell("KILL_LEADER", true), cell("none", false)} {
 		dir := filepath.Join(root, []string{"a", "b"}[i])
 		require.NoError(t, report.Write(dir, c.Report))
-		require.NoError(t, report.WriteCells(dir, report.Run{Versions: "pg17-pgbouncer1.24", Shard: i + 1, Shards: 2, Total: 2, Wall: time.Minute, Cells: []report.Cell{c}, Index: []int{i}}))
+		require.NoError(t, report.WriteCells(dir, report.ShardResults{Versions: "pg17-pgbouncer1.24", Shard: i + 1, Shards: 2, Total: 2, Wall: time.Minute, Results: []report.Result{c}, Index: []int{i}}))
 	}
-	out := filepath.Join(root, "merged")
-	stdout, stderr, code := cli(t, nil, "chaos", "merge", "--out", out, filepath.Join(root, "a"), filepath.Join(root, "b"))
-	require.Equal(t, 1, code, "a cell failed: %s", stderr)
-	require.Contains(t, stderr, "1 of 2 cells did not match their expectation: fenced/transaction/none")
-	require.Contains(t, stdout, "2 cells, 1 matched their expectation, 1 did not; wall time 2m0s.")
-	require.Contains(t, stdout, "Versions: pg17-pgbouncer1.24 (Postgres 17.12, PgBouncer 1.24.1); provider docker.")
-	written, err := os.ReadFile(filepath.Join(out, "summary.md"))
-	require.NoError(t, err)
-	require.Equal(t, stdout, string(written))
+	// --out before the directories, between them or after them.
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	for i, args := range [][]string{{"--out", "OUT", a, b}, {a, "--out", "OUT", b}, {a, b, "--out", "OUT"}} {
+		out := filepath.Join(root, fmt.Sprintf("merged-%d", i))
+		args = slices.Clone(args)
+		args[slices.Index(args, "OUT")] = out
+		stdout, stderr, code := cli(t, nil, append([]string{"chaos", "merge"}, args...)...)
+		require.Equal(t, 1, code, "a cell failed: %s", stderr)
+		require.Contains(t, stderr, "1 of 2 cells did not match their expectation: fenced/transaction/none")
+		require.Contains(t, stdout, "2 cells, 1 matched their expectation, 1 did not; wall time 2m0s.")
+		require.Contains(t, stdout, "Versions: pg17-pgbouncer1.24 (Postgres 17.12, PgBouncer 1.24.1); provider docker.")
+		written, err := os.ReadFile(filepath.Join(out, "summary.md"))
+		require.NoError(t, err, "%v", args)
+		require.Equal(t, stdout, string(written))
+	}
 }

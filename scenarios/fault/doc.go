@@ -15,8 +15,8 @@
 //
 // Write its type and exported value in the file of what it acts on
 // (process.go, network.go, pgbouncer.go, postgres.go) or a new one, add it
-// to All, and give it a block in package chaos's expectation grid, one
-// row per strategy. Available says where it applies; a Timeout method
+// to All, and give it a block in package chaos's expectation table
+// (chaos/table.go), one row per strategy. Available says where it applies; a Timeout method
 // gives it longer than [DefaultTimeout]; a fault that holds the leader in
 // its grip for a while embeds holding, so that [HeldFor] knows and the
 // matrix measures long enough.

@@ -3,13 +3,13 @@
 // and linearizability.html, porcupine's view of the fence, when the run's
 // fence was checked; Recompute, which `doublerun check` runs, reads a
 // report.json back strictly and recomputes every figure from its history;
-// the progress line (Line), the chaos matrix's summary table (Cell,
+// the progress line (Line), the chaos matrix's summary table (Result,
 // Summary, WriteSummary) and the #556 reproduction's text (Repro556).
 //
 // The runner, package scenarios, returns a Report as data and writes no
 // file; the callers (the CLI, the chaos matrix, the reproductions) write
 // through this package. Every judgement is one scenarios.Verdict, whose
-// Err the CLI returns: a run's (Report.Verdict), a cell's (Cell.Verdict,
+// Err the CLI returns: a run's (Report.Verdict), a cell's (Result.Verdict,
 // which fails a cell that could not run as designed), a matrix's
 // (Verdict) and the #556 reproduction's (Repro556Result.Verdict).
 package report

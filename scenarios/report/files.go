@@ -52,7 +52,7 @@ func Write(outDir string, r *scenarios.Report) error {
 // WriteSummary writes Summary to dir/summary.md. Each cell's own
 // report.json, report.md and timeline.svg are under dir/<cell name>
 // (Write).
-func WriteSummary(dir string, cells []Cell, wall time.Duration) error {
+func WriteSummary(dir string, cells []Result, wall time.Duration) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

@@ -11,10 +11,10 @@ import (
 	"github.com/doublerun/doublerun/scenarios/fault"
 )
 
-// Cell is one run of a matrix as its summary shows it: the scenario, its
-// report, or the error that kept it from running as designed, and what
-// the check of the stack after it found.
-type Cell struct {
+// Result is what one cell of a matrix gave, as its summary shows it: the
+// scenario, its report, or the error that kept it from running as
+// designed, and what the check of the stack after it found.
+type Result struct {
 	Scenario scenarios.Scenario
 	// Report is nil when the run could not be carried out; Err says why.
 	Report *scenarios.Report
@@ -23,7 +23,7 @@ type Cell struct {
 	Wall time.Duration
 	// Notes are what the check after the cell found and repaired: a
 	// server of the stack that no longer answered (PgBouncer 1.18 can
-	// crash on a cancel request; see package chaos, "Findings").
+	// crash on a cancel request; chaos/FINDINGS.md, finding 6).
 	Notes []string
 	// Versions is the version set the cell ran on, as the stack's servers
 	// make it up (stack.Versions.Set); the report has the exact versions.
@@ -33,7 +33,7 @@ type Cell struct {
 
 // Verdict is the cell's report's verdict, and a failed one when the cell
 // could not run as designed.
-func (c Cell) Verdict() scenarios.Verdict {
+func (c Result) Verdict() scenarios.Verdict {
 	if c.Err != nil || c.Report == nil {
 		return scenarios.Verdict{Expect: c.Scenario.Expect, Reason: "could not run as designed: " + FirstLine(c.Err)}
 	}
@@ -41,7 +41,7 @@ func (c Cell) Verdict() scenarios.Verdict {
 }
 
 // Line is the progress line of a cell, with its notes under it.
-func (c Cell) Line() string {
+func (c Result) Line() string {
 	var line string
 	if c.Report == nil {
 		line = fmt.Sprintf("ERROR %-40s %s", c.Scenario.Name, FirstLine(c.Err))
@@ -58,8 +58,8 @@ func (c Cell) Line() string {
 }
 
 // Failed returns the cells whose verdict failed.
-func Failed(cells []Cell) []Cell {
-	var out []Cell
+func Failed(cells []Result) []Result {
+	var out []Result
 	for _, c := range cells {
 		if !c.Verdict().Pass {
 			out = append(out, c)
@@ -70,7 +70,7 @@ func Failed(cells []Cell) []Cell {
 
 // Verdict judges a matrix: it passes when every cell did, and its reason
 // names the cells that did not.
-func Verdict(cells []Cell) scenarios.Verdict {
+func Verdict(cells []Result) scenarios.Verdict {
 	failed := Failed(cells)
 	if len(failed) == 0 {
 		return scenarios.Verdict{Pass: true, Reason: fmt.Sprintf("all %d cells matched their expectation", len(cells))}
@@ -88,11 +88,11 @@ func Verdict(cells []Cell) scenarios.Verdict {
 // verdict; the cells that failed follow with their reasons, and then what
 // the checks of the stack repaired. Rows are sorted by strategy name,
 // fault in catalog order and topology in scenarios.Topologies order.
-func Summary(cells []Cell, wall time.Duration) string {
+func Summary(cells []Result, wall time.Duration) string {
 	sorted := slices.Clone(cells)
 	strategies := scenarios.StrategyNames()
 	faults := append([]string{fault.None}, fault.Names()...)
-	slices.SortStableFunc(sorted, func(a, b Cell) int {
+	slices.SortStableFunc(sorted, func(a, b Result) int {
 		return cmp.Or(
 			cmp.Compare(slices.Index(strategies, a.Scenario.Strategy), slices.Index(strategies, b.Scenario.Strategy)),
 			cmp.Compare(slices.Index(faults, a.Scenario.Fault), slices.Index(faults, b.Scenario.Fault)),

@@ -21,13 +21,13 @@ func scenario(strategy, fault string, expect scenarios.Expectation) scenarios.Sc
 
 func TestSummary(t *testing.T) {
 	t.Parallel()
-	cell := func(strategy, fault string, expect scenarios.Expectation, pass bool, dr time.Duration) report.Cell {
+	cell := func(strategy, fault string, expect scenarios.Expectation, pass bool, dr time.Duration) report.Result {
 		sc := scenario(strategy, fault, expect)
 		m := oracle.Metrics{DoubleRun: oracle.Window{Episodes: 2, Total: oracle.Duration(dr)}, Leaderless: oracle.Window{Total: oracle.Duration(time.Second)},
 			StaleWrites: oracle.StaleWrites{Accepted: 0, Rejected: 3}}
-		return report.Cell{Scenario: sc, Report: &scenarios.Report{Scenario: sc, Metrics: m, Verdict: scenarios.Verdict{Expect: expect, Pass: pass, Reason: "because"}}}
+		return report.Result{Scenario: sc, Report: &scenarios.Report{Scenario: sc, Metrics: m, Verdict: scenarios.Verdict{Expect: expect, Pass: pass, Reason: "because"}}}
 	}
-	cells := []report.Cell{
+	cells := []report.Result{
 		cell("fenced", "KILL_LEADER", scenarios.ExpectSafe, true, 0),
 		cell("advisory", "KILL_LEADER", scenarios.ExpectReproduces, false, 0),
 		{Scenario: scenario("advisory", "none", scenarios.ExpectReproduces), Err: errors.New("no replica became leader\nlogs..."),
@@ -59,18 +59,18 @@ func TestSummary(t *testing.T) {
 // the CLI returns.
 func TestVerdicts(t *testing.T) {
 	t.Parallel()
-	pass := report.Cell{Scenario: scenario("fenced", "none", scenarios.ExpectSafe),
+	pass := report.Result{Scenario: scenario("fenced", "none", scenarios.ExpectSafe),
 		Report: &scenarios.Report{Verdict: scenarios.Verdict{Expect: scenarios.ExpectSafe, Pass: true, Reason: "clean"}}}
-	fail := report.Cell{Scenario: scenario("advisory", "none", scenarios.ExpectSafe),
+	fail := report.Result{Scenario: scenario("advisory", "none", scenarios.ExpectSafe),
 		Report: &scenarios.Report{Verdict: scenarios.Verdict{Expect: scenarios.ExpectSafe, Reason: "two leaders"}}}
-	broken := report.Cell{Scenario: scenario("advisory", "KILL_LEADER", scenarios.ExpectSafe), Report: pass.Report, Err: errors.New("replica r2 failed\nlog")}
+	broken := report.Result{Scenario: scenario("advisory", "KILL_LEADER", scenarios.ExpectSafe), Report: pass.Report, Err: errors.New("replica r2 failed\nlog")}
 
 	require.NoError(t, pass.Verdict().Err())
 	require.EqualError(t, fail.Verdict().Err(), "two leaders")
 	require.Equal(t, scenarios.Verdict{Expect: scenarios.ExpectSafe, Reason: "could not run as designed: replica r2 failed"}, broken.Verdict(),
 		"a cell that ran but flaked does not pass on its report's verdict")
 
-	require.NoError(t, report.Verdict([]report.Cell{pass, pass}).Err())
-	require.EqualError(t, report.Verdict([]report.Cell{pass, fail, broken}).Err(),
+	require.NoError(t, report.Verdict([]report.Result{pass, pass}).Err())
+	require.EqualError(t, report.Verdict([]report.Result{pass, fail, broken}).Err(),
 		"2 of 3 cells did not match their expectation: advisory/transaction/none, advisory/transaction/KILL_LEADER")
 }

@@ -11,7 +11,7 @@ import (
 
 // versionsLine names the exact server versions and providers the cells'
 // reports ran on, for the summary's header; "" when no report names them.
-func versionsLine(cells []Cell) string {
+func versionsLine(cells []Result) string {
 	var vs, providers []string
 	for _, c := range cells {
 		if c.Report == nil || c.Report.Stack.Versions.Set == "" {
@@ -32,8 +32,8 @@ func versionsLine(cells []Cell) string {
 	return fmt.Sprintf("Versions: %s; provider %s.\n\n", strings.Join(vs, "; "), strings.Join(providers, ", "))
 }
 
-// CellVersions is the version set of c: Cell.Versions, else its report's.
-func CellVersions(c Cell) string {
+// ResultVersions is the version set of c: Result.Versions, else its report's.
+func ResultVersions(c Result) string {
 	if c.Versions != "" {
 		return c.Versions
 	}
@@ -48,12 +48,12 @@ func CellVersions(c Cell) string {
 // cells whose outcome differs between the sets (Differences), and then
 // each set's Summary, oldest set first, its headings one level down; walls
 // holds each set's wall time.
-func SummarySets(cells []Cell, walls map[string]time.Duration) string {
-	bySet := map[string][]Cell{}
+func SummarySets(cells []Result, walls map[string]time.Duration) string {
+	bySet := map[string][]Result{}
 	for _, c := range cells {
-		bySet[CellVersions(c)] = append(bySet[CellVersions(c)], c)
+		bySet[ResultVersions(c)] = append(bySet[ResultVersions(c)], c)
 	}
-	sets := slices.SortedFunc(maps.Keys(bySet), compareSets)
+	sets := slices.SortedFunc(maps.Keys(bySet), CompareSets)
 	if len(sets) <= 1 {
 		var set string
 		if len(sets) == 1 {
@@ -84,9 +84,9 @@ func SummarySets(cells []Cell, walls map[string]time.Duration) string {
 	return b.String()
 }
 
-// compareSets orders version set names by Postgres major, then PgBouncer
+// CompareSets orders version set names by Postgres major, then PgBouncer
 // version, numerically ("pg9-..." before "pg15-..."), oldest first.
-func compareSets(a, b string) int {
+func CompareSets(a, b string) int {
 	key := func(s string) (int, int, int) {
 		var pg, major, minor int
 		fmt.Sscanf(s, "pg%d-pgbouncer%d.%d", &pg, &major, &minor)
@@ -105,7 +105,7 @@ type Outcome struct {
 }
 
 // OutcomeOf is c's Outcome.
-func OutcomeOf(c Cell) Outcome {
+func OutcomeOf(c Result) Outcome {
 	if c.Report == nil || c.Err != nil {
 		return Outcome{}
 	}
@@ -116,16 +116,16 @@ func OutcomeOf(c Cell) Outcome {
 // Differences renders, as a Markdown section, the cells run on two or more
 // version sets whose Outcome differs between them, with each set's
 // figures; "" when every such cell agrees.
-func Differences(cells []Cell) string {
-	byName := map[string]map[string]Cell{}
+func Differences(cells []Result) string {
+	byName := map[string]map[string]Result{}
 	var names []string
 	for _, c := range cells {
 		n := c.Scenario.Name
 		if byName[n] == nil {
-			byName[n] = map[string]Cell{}
+			byName[n] = map[string]Result{}
 			names = append(names, n)
 		}
-		byName[n][CellVersions(c)] = c
+		byName[n][ResultVersions(c)] = c
 	}
 	var rows []string
 	for _, n := range names {
@@ -133,7 +133,7 @@ func Differences(cells []Cell) string {
 		if len(per) < 2 {
 			continue
 		}
-		sets := slices.SortedFunc(maps.Keys(per), compareSets)
+		sets := slices.SortedFunc(maps.Keys(per), CompareSets)
 		first := OutcomeOf(per[sets[0]])
 		differ := false
 		for _, s := range sets[1:] {
@@ -157,7 +157,7 @@ func Differences(cells []Cell) string {
 	return b.String()
 }
 
-func outcomeText(c Cell) string {
+func outcomeText(c Result) string {
 	if c.Report == nil {
 		return "ERROR " + FirstLine(c.Err)
 	}

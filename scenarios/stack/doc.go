@@ -13,6 +13,10 @@
 //	external  DSNs from DOUBLERUN_*_DSN variables (see `doublerun stack up`);
 //	          a bouncer added to it runs as a local process, as with native
 //
+// A variable [Options.FromEnv] cannot take is an [*EnvError] that names
+// it, so that a command line can tell a mistake in its user's environment
+// from a server that fails.
+//
 // # Routes
 //
 // A fresh machine needs no setup and no exports. Start (and [Prepare]) logs
@@ -57,11 +61,24 @@
 // Close removes everything a stack created, also after a failed start. A
 // process that is killed outright (SIGKILL, a test timeout) cannot; the
 // next stack started on the machine removes what it left. Native temp dirs
-// carry an owner file and docker containers and networks carry owner labels
-// (LabelOwnerPID and the others): the owner's PID, the start time of that
-// PID, the kernel boot ID and the host name. Whatever belongs to an owner
-// that has certainly ended on this host is removed; anything else is left
-// alone.
+// and a run's temp dir ([TempDir]) carry an owner file, and docker
+// containers and networks carry owner labels (LabelOwnerPID and the
+// others): the owner's PID, the start time of that PID, the kernel boot ID
+// and the host name. Whatever belongs to an owner that has certainly ended
+// on this host is removed; anything else is left alone.
+//
+// A native stack's servers die with their owner, but a killed Postgres
+// leaves shared memory that outlives every process: a System V segment,
+// which it removes only on a clean shutdown, and its dynamic shared memory
+// segments. The latter are files in the data directory (the native
+// provider starts Postgres with dynamic_shared_memory_type=mmap rather
+// than the default, whose /dev/shm/PostgreSQL.<random> names say nothing
+// of which server made them), so they go with the stack's dir. The System
+// V segment is removed before the dir, and only when the dead stack's own
+// postmaster.pid names it, it still has that key, its creator is that
+// postmaster and no process is attached to it; a segment of any other
+// server fails one of those and is left alone (releaseSharedMemory says
+// why each one).
 //
 // # Stable addresses
 //

@@ -42,11 +42,14 @@ const (
 // ports are bound to fixed loopback ports chosen up front, so DSNs survive a
 // container's stop and start.
 type dockerBackend struct {
-	id             string
-	labels         map[string]string // stack ID and owner
-	logger         *slog.Logger
-	cli            *testcontainers.DockerClient // closed by close
+	id     string
+	labels map[string]string // stack ID and owner
+	logger *slog.Logger
+	cli    *testcontainers.DockerClient // closed by close
+	// net is the network this backend created and close removes; nil
+	// for a backend attached to another stack's network (attachDocker).
 	net            *testcontainers.DockerNetwork
+	netName        string
 	postgresImage  string
 	pgbouncerImage string
 }
@@ -98,7 +101,36 @@ func newDockerBackend(ctx context.Context, opts Options, cli *testcontainers.Doc
 	if err != nil {
 		return nil, fmt.Errorf("docker: create network: %w%s", err, imageHint(err))
 	}
-	return &dockerBackend{id: id, labels: labels, logger: opts.Logger, cli: cli, net: nw, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer}, nil
+	return &dockerBackend{id: id, labels: labels, logger: opts.Logger, cli: cli, net: nw, netName: nw.Name, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer}, nil
+}
+
+// attachDocker returns a backend that adds bouncers, as containers running
+// image, to the network of a docker stack another process started (its
+// Env names both). The containers carry this process's owner labels, so
+// the next docker stack removes them if this process is killed; the network
+// stays its owner's.
+func attachDocker(ctx context.Context, opts Options, network, image string) (backend, error) {
+	if _, err := prepareRyuk(ctx, opts.Logger); err != nil {
+		return nil, err
+	}
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	if _, err := cli.NetworkInspect(ctx, network, client.NetworkInspectOptions{}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker network %s from %s: %s; start the shared stack again (doublerun stack up)", network, EnvDockerNetwork, firstLine(err))
+	}
+	labels := self().labels()
+	labels[LabelStack] = randomPassword()[:12]
+	return &dockerBackend{id: labels[LabelStack], labels: labels, logger: opts.Logger, cli: cli, netName: network, pgbouncerImage: image}, nil
+}
+
+// sharedEnv names this stack's network and bouncer image in Env, so that
+// an external stack built from Env adds its bouncers as containers beside
+// this stack's (attachDocker) rather than as local processes.
+func (b *dockerBackend) sharedEnv() []string {
+	return []string{EnvDockerNetwork + "=" + b.netName, EnvDockerPgBouncerImage + "=" + b.pgbouncerImage}
 }
 
 // sweepDocker removes the containers and networks of docker stacks whose
@@ -154,8 +186,8 @@ func (b *dockerBackend) request(image string, alias string, containerPort, hostP
 		Image:          image,
 		ExposedPorts:   []string{port.String()},
 		Labels:         maps.Clone(b.labels),
-		Networks:       []string{b.net.Name},
-		NetworkAliases: map[string][]string{b.net.Name: {alias}},
+		Networks:       []string{b.netName},
+		NetworkAliases: map[string][]string{b.netName: {alias}},
 		HostConfigModifier: func(hc *container.HostConfig) {
 			hc.PortBindings = network.PortMap{port: {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(hostPort)}}}
 		},
@@ -227,7 +259,7 @@ func (b *dockerBackend) close(ctx context.Context) error {
 		return nil
 	}
 	if err := b.net.Remove(ctx); err != nil {
-		return fmt.Errorf("docker: remove network %s: %w", b.net.Name, err)
+		return fmt.Errorf("docker: remove network %s: %w", b.netName, err)
 	}
 	return nil
 }

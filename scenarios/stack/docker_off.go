@@ -4,7 +4,6 @@ package stack
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 )
 
@@ -14,12 +13,14 @@ import (
 // their tests reach a stack that `doublerun stack up` started through the
 // external provider, so linking the Docker client would only cost time.
 
-var errNoDocker = errors.New("this binary was built with the doublerun_nodocker tag, which leaves the docker provider out; rebuild without it, or use " + EnvProvider + "=native or external")
-
 func dockerAvailable(context.Context) error { return errNoDocker }
 
 func prepareRyuk(context.Context, *slog.Logger) (string, error) { return "", errNoDocker }
 
 func dockerRoute(context.Context, Options) (backend, string, error) {
 	return nil, "", errNoDocker
+}
+
+func attachDocker(context.Context, Options, string, string) (backend, error) {
+	return nil, errNoDocker
 }

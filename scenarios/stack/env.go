@@ -7,7 +7,7 @@ package stack
 // ExportLines writes the same pairs for a shell.
 func (s *Stack) Env() []string {
 	sess, tx := s.Session(), s.Transaction()
-	return []string{
+	env := []string{
 		EnvProvider + "=" + string(ProviderExternal),
 		EnvPostgresDSN + "=" + s.postgres.DSN,
 		EnvSessionDSN + "=" + sess.DSN,
@@ -15,4 +15,8 @@ func (s *Stack) Env() []string {
 		EnvTransactionDSN + "=" + tx.DSN,
 		EnvTransactionAdminDSN + "=" + tx.AdminDSN,
 	}
+	if d, ok := s.backend.(interface{ sharedEnv() []string }); ok {
+		env = append(env, d.sharedEnv()...)
+	}
+	return env
 }

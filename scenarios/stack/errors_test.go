@@ -100,7 +100,7 @@ func TestPgBouncerBinThatIsNotABinary(t *testing.T) {
 	// The same variable on an external stack, whose added bouncers run
 	// locally.
 	s := sharedStack(t)
-	env := exported(t, s)
+	env := localBouncers(exported(t, s))
 	env[EnvPgBouncerBin] = dir
 	ext, err := Start(context.Background(), Options{lookupEnv: lookup(env)})
 	require.NoError(t, err)
@@ -109,13 +109,11 @@ func TestPgBouncerBinThatIsNotABinary(t *testing.T) {
 	require.EqualError(t, err, "pgbouncer added: the external provider runs an added PgBouncer as a local process: "+EnvPgBouncerBin+"="+dir+" is a directory, not the pgbouncer binary"+fix)
 }
 
-// A bouncer that exits at once is named once in the error, not twice. (An
-// external stack's added bouncers run as local processes, whatever the
-// provider of the stack it was exported from.)
+// A bouncer that exits at once is named once in the error, not twice.
 func TestFailedBouncerIsNamedOnce(t *testing.T) {
 	t.Parallel()
 	s := sharedStack(t)
-	env := exported(t, s)
+	env := localBouncers(exported(t, s))
 	env[EnvPgBouncerBin] = "/bin/false"
 	ext, err := Start(context.Background(), Options{lookupEnv: lookup(env)})
 	require.NoError(t, err)

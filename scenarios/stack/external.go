@@ -36,10 +36,10 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	for _, v := range vars {
 		if v.value == "" {
-			return nil, fmt.Errorf("external provider: %s is not set; run `doublerun stack up` and eval its export lines, or use %s=auto", v.name, EnvProvider)
+			return nil, &EnvError{Var: v.name, msg: fmt.Sprintf("external provider: %s is not set; run `doublerun stack up` and eval its export lines, or use %s=auto", v.name, EnvProvider)}
 		}
 		if _, err := pgx.ParseConfig(v.value); err != nil {
-			return nil, fmt.Errorf("external provider: %s is not a valid DSN (%v); set it to a URL such as postgres://user:password@127.0.0.1:6432/doublerun", v.name, firstLine(err))
+			return nil, &EnvError{Var: v.name, msg: fmt.Sprintf("external provider: %s is not a valid DSN (%v); set it to a URL such as postgres://user:password@127.0.0.1:6432/doublerun", v.name, firstLine(err))}
 		}
 	}
 	pg, _ := pgx.ParseConfig(vars[0].value)
@@ -186,16 +186,18 @@ func (s *Stack) ExportLines() []string {
 	return lines
 }
 
-// externalBackend starts the bouncers an external stack adds, as native
-// processes forwarding to the external Postgres. It looks for the pgbouncer
-// binary on first use, so an external stack that adds none needs none.
+// externalBackend starts the bouncers an external stack adds: as
+// containers on the network of the docker stack the environment names
+// (EnvDockerNetwork), else as native processes forwarding to the external
+// Postgres. It looks for what it needs on first use, so an external stack
+// that adds no bouncer needs neither.
 type externalBackend struct {
 	opts Options
 	host string
 	port int
 
-	mu     sync.Mutex
-	native *nativeBackend
+	mu      sync.Mutex
+	bouncer backend
 }
 
 func (e *externalBackend) startPostgres(context.Context, string, string, string) (node, string, int, error) {
@@ -204,25 +206,43 @@ func (e *externalBackend) startPostgres(context.Context, string, string, string)
 
 func (e *externalBackend) startPgBouncer(ctx context.Context, name string, cfg pgbouncer.Config) (node, string, int, error) {
 	e.mu.Lock()
-	if e.native == nil {
-		b, err := newNativeBouncers(e.opts)
+	if e.bouncer == nil {
+		b, err := e.bouncerBackend(ctx)
 		if err != nil {
 			e.mu.Unlock()
-			return nil, "", 0, fmt.Errorf("the external provider runs an added PgBouncer as a local process: %w", err)
+			return nil, "", 0, err
 		}
-		b.pgHost, b.pgPort = e.host, e.port
-		e.native = b
+		e.bouncer = b
 	}
-	b := e.native
+	b := e.bouncer
 	e.mu.Unlock()
 	return b.startPgBouncer(ctx, name, cfg)
+}
+
+// bouncerBackend picks where added bouncers run: beside a docker stack's
+// own when the environment names its network and this binary has the
+// docker provider, else as local processes.
+func (e *externalBackend) bouncerBackend(ctx context.Context) (backend, error) {
+	network, image := e.opts.getenv(EnvDockerNetwork), e.opts.getenv(EnvDockerPgBouncerImage)
+	if network != "" && image != "" {
+		b, err := attachDocker(ctx, e.opts, network, image)
+		if err == nil || !errors.Is(err, errNoDocker) {
+			return b, err
+		}
+	}
+	b, err := newNativeBouncers(e.opts)
+	if err != nil {
+		return nil, fmt.Errorf("the external provider runs an added PgBouncer as a local process: %w", err)
+	}
+	b.pgHost, b.pgPort = e.host, e.port
+	return b, nil
 }
 
 func (e *externalBackend) close(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.native == nil {
+	if e.bouncer == nil {
 		return nil
 	}
-	return e.native.close(ctx)
+	return e.bouncer.close(ctx)
 }

@@ -66,12 +66,9 @@ func newNativeBouncers(opts Options) (*nativeBackend, error) {
 		b.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
 	root := nativeRoot()
-	for _, d := range []string{root, os.TempDir()} {
-		sweepStaleDirs(d, self(), opts.Logger)
-	}
 	dir, err := os.MkdirTemp(root, nativeDirPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("native provider: create temp dir: %w", err)
+		return nil, stackDirError(root, err)
 	}
 	b.dir = dir
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(self().encode()), 0o644); err != nil {
@@ -91,11 +88,6 @@ const (
 	ownerFile = "owner.pid"
 )
 
-// sweepStaleDirs removes the temp dirs of native stacks whose owner has
-// died. Close removes a stack's dir, but a test binary that panics or is
-// killed on a timeout never gets to; its servers die with it (Pdeathsig),
-// and the next native stack removes what is left. Dirs without an owner
-// file, or whose owner still runs, are left alone.
 // EnvStackDir names the directory in which the native provider makes each
 // stack's temp dir, Postgres's data among it.
 const EnvStackDir = "DOUBLERUN_STACK_DIR"
@@ -121,21 +113,17 @@ func nativeRoot() string {
 	return os.TempDir()
 }
 
-func sweepStaleDirs(tmp string, me owner, log interface{ Info(string, ...any) }) {
-	dirs, _ := filepath.Glob(filepath.Join(tmp, nativeDirPrefix+"*"))
-	for _, dir := range dirs {
-		raw, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		if err != nil {
-			continue
-		}
-		o := parseOwner(string(raw))
-		if !o.gone(me) {
-			continue
-		}
-		if err := os.RemoveAll(dir); err == nil {
-			log.Info("removed the temp dir of a native stack whose owner died", "dir", dir, "owner_pid", o.PID)
-		}
+// stackDirError says why no stack dir could be made in root, naming
+// DOUBLERUN_STACK_DIR when root came from it.
+func stackDirError(root string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
 	}
+	if d := os.Getenv(EnvStackDir); d != "" && d == root {
+		return fmt.Errorf("native provider: cannot make the stack's temp dir in %s=%s (%v); set it to a directory you can write to, or unset it", EnvStackDir, d, err)
+	}
+	return fmt.Errorf("native provider: cannot make the stack's temp dir in %s (%v); set %s to a directory you can write to", root, err, EnvStackDir)
 }
 
 // own hands path to the user the servers run as.
@@ -188,7 +176,16 @@ func (b *nativeBackend) startPostgres(ctx context.Context, user, password, db st
 		path: filepath.Join(b.binDir, "postgres"),
 		args: []string{"-D", pgdata, "-p", strconv.Itoa(port), "-k", sock,
 			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
-			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"},
+			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+			// Dynamic shared memory as files in pgdata/pg_dynshmem rather
+			// than /dev/shm/PostgreSQL.<random>: the names in /dev/shm are
+			// shared by every Postgres on the machine and nothing says which
+			// server made one, so a killed stack left two (about 1.1 MB)
+			// that no sweep could tell from another server's. In the stack's
+			// dir they go with it. Postgres's manual discourages mmap for
+			// the writes back to disk, except where pg_dynshmem is on a RAM
+			// disk, as the stack's dir is when /dev/shm has room (nativeRoot).
+			"-c", "dynamic_shared_memory_type=mmap"},
 		logPath: filepath.Join(b.dir, "postgres.log"),
 		cred:    b.cred,
 		stopSig: syscall.SIGINT, // fast shutdown

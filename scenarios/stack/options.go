@@ -34,6 +34,19 @@ const (
 	EnvSessionAdminDSN     = "DOUBLERUN_SESSION_ADMIN_DSN"
 	EnvTransactionDSN      = "DOUBLERUN_TRANSACTION_DSN"
 	EnvTransactionAdminDSN = "DOUBLERUN_TRANSACTION_ADMIN_DSN"
+
+	// EnvDockerNetwork and EnvDockerPgBouncerImage come with the DSNs of a
+	// docker stack (Stack.Env): an external stack built from them adds its
+	// bouncers as containers of that image on that network, beside the
+	// stack's own, instead of as local processes.
+	EnvDockerNetwork        = "DOUBLERUN_DOCKER_NETWORK"
+	EnvDockerPgBouncerImage = "DOUBLERUN_DOCKER_PGBOUNCER_IMAGE"
+
+	// EnvSharedStack, set to 1 beside a stack's DSNs, says that they name
+	// one stack shared by a whole test run (`make test`): stacktest.Shared
+	// reaches it through the external provider, while tests that start a
+	// stack of their own, or test a provider, still use DOUBLERUN_PROVIDER.
+	EnvSharedStack = "DOUBLERUN_SHARED_STACK"
 )
 
 // Options configure Start. Zero values take the defaults noted per field.
@@ -74,30 +87,50 @@ type Options struct {
 }
 
 // FromEnv returns opts with every unset field filled from DOUBLERUN_*
-// environment variables. Start calls it, so callers rarely need to.
+// environment variables. Start calls it, so callers rarely need to. A
+// variable whose value is not one it takes is an *EnvError naming it.
 func (o Options) FromEnv() (Options, error) {
 	get := o.getenv
 	if o.Provider == "" {
-		o.Provider = Provider(strings.TrimSpace(get(EnvProvider)))
+		if v := strings.TrimSpace(get(EnvProvider)); v != "" {
+			if !knownProvider(Provider(v)) {
+				return o, &EnvError{Var: EnvProvider, msg: fmt.Sprintf("%s=%q is not a provider; use auto, docker, native or external, or unset it for auto", EnvProvider, v)}
+			}
+			o.Provider = Provider(v)
+		}
 	}
 	o.Provider = cmp.Or(o.Provider, ProviderAuto)
-	switch o.Provider {
-	case ProviderAuto, ProviderDocker, ProviderNative, ProviderExternal:
-	default:
-		return o, fmt.Errorf("unknown provider %q (from %s or Options.Provider); use auto, docker, native or external", o.Provider, EnvProvider)
+	if !knownProvider(o.Provider) {
+		return o, fmt.Errorf("unknown provider %q; use auto, docker, native or external", o.Provider)
 	}
 	if o.TransactionPoolSize == 0 {
 		if v := get(EnvTransactionPoolSize); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return o, fmt.Errorf("%s=%q is not a positive integer; unset it or set a pool size such as 1", EnvTransactionPoolSize, v)
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err == nil {
+				err = CheckPoolSize(n)
+			}
+			if err != nil {
+				return o, &EnvError{Var: EnvTransactionPoolSize, msg: fmt.Sprintf("%s=%q is not a pool size from 1 to %d (%s); unset it or set one such as 1", EnvTransactionPoolSize, v, MaxPoolSize, MaxPoolSizeWhy)}
 			}
 			o.TransactionPoolSize = n
 		}
 	}
 	o.TransactionPoolSize = cmp.Or(o.TransactionPoolSize, 1)
+	// What a user types is held to MaxPoolSize where it is read (the
+	// variable above, --tx-pool-size, a scenario, chaos); a program may
+	// ask for more, as make bench does for throughput.
+	if o.TransactionPoolSize < 1 {
+		return o, fmt.Errorf("transaction pool size %d is below 1", o.TransactionPoolSize)
+	}
 	o.SessionPoolSize = cmp.Or(o.SessionPoolSize, 20)
-	o.Versions = cmp.Or(o.Versions, strings.TrimSpace(get(EnvVersions)))
+	if o.Versions == "" {
+		if v := strings.TrimSpace(get(EnvVersions)); v != "" {
+			if _, err := LookupVersionSet(v); err != nil {
+				return o, &EnvError{Var: EnvVersions, msg: fmt.Sprintf("%s: %v, or unset it for %s, the newest", EnvVersions, err, DefaultVersions)}
+			}
+			o.Versions = v
+		}
+	}
 	o.versionsAsked = o.versionsAsked || o.Versions != ""
 	o.Versions = cmp.Or(o.Versions, DefaultVersions)
 	set, err := LookupVersionSet(o.Versions)
@@ -113,6 +146,50 @@ func (o Options) FromEnv() (Options, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o, nil
+}
+
+func knownProvider(p Provider) bool {
+	switch p {
+	case ProviderAuto, ProviderDocker, ProviderNative, ProviderExternal:
+		return true
+	}
+	return false
+}
+
+// EnvError is an environment variable whose value doublerun cannot take
+// (an unknown name, a malformed number or DSN, a value out of range, or a
+// required one left unset). Its message names the variable and what it
+// takes. The doublerun command exits 2 on it, as on a bad flag: the fix
+// is in the caller's hands, not in a server.
+type EnvError struct {
+	// Var is the variable's name, such as DOUBLERUN_PROVIDER.
+	Var string
+	msg string
+}
+
+func (e *EnvError) Error() string { return e.msg }
+
+// MaxPoolSize is the largest transaction pool a stack's bouncer, a
+// scenario or a chaos cell may ask for. A scenario runs at most 8
+// replicas with 2 work connections each, so a larger pool gives no run
+// anything more to measure, and a value such as 1000000 is a typo; the
+// bound also keeps every test database's pools well inside Postgres's
+// max_connections of 300.
+const MaxPoolSize = 16
+
+// MaxPoolSizeWhy says in an error message why there is a MaxPoolSize.
+const MaxPoolSizeWhy = "a run has at most 8 replicas with 2 work connections each, so a larger pool changes nothing"
+
+// CheckPoolSize says what is wrong with a transaction pool size: nil when
+// it is from 1 to MaxPoolSize, else the range and why. Every place that
+// takes a pool size (DOUBLERUN_TRANSACTION_POOL_SIZE, `stack up
+// --tx-pool-size`, a scenario's pool_size, chaos's --pool-sizes) checks it
+// here.
+func CheckPoolSize(n int) error {
+	if n < 1 || n > MaxPoolSize {
+		return fmt.Errorf("%d is not from 1 to %d; %s", n, MaxPoolSize, MaxPoolSizeWhy)
+	}
+	return nil
 }
 
 func (o Options) getenv(k string) string {

@@ -7,6 +7,10 @@ import (
 	"strings"
 )
 
+// errNoDocker is what the docker provider says in a binary built with the
+// doublerun_nodocker tag (docker_off.go).
+var errNoDocker = errors.New("this binary was built with the doublerun_nodocker tag, which leaves the docker provider out; rebuild without it, or use " + EnvProvider + "=native or external")
+
 // selectBackend builds the backend for opts.Provider, resolving auto, and
 // logs the route it took in one line (the package documentation lists the
 // routes).

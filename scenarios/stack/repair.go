@@ -13,7 +13,7 @@ const pingTimeout = 5 * time.Second
 // and the session and transaction bouncers) answer, starts again any that
 // does not, and says what it found: nothing when all answer. A run that
 // restarts servers, or a PgBouncer 1.18 that crashes on a cancel request
-// (see package chaos, "Findings"), must not leave a broken server to every
+// (chaos/FINDINGS.md, finding 6), must not leave a broken server to every
 // run after it. The external provider cannot start a server again; Repair
 // then only says which one does not answer.
 func (s *Stack) Repair(ctx context.Context) []string {

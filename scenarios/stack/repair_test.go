@@ -20,7 +20,13 @@ func TestEnvReachesTheStack(t *testing.T) {
 		env[name] = value
 		require.Equal(t, "export "+name+"='"+value+"'", s.ExportLines()[i])
 	}
-	require.Len(t, env, 6)
+	want := 6
+	if s.Provider() == ProviderDocker {
+		want += 2 // the network and bouncer image added bouncers join
+		require.NotEmpty(t, env[EnvDockerNetwork])
+		require.NotEmpty(t, env[EnvDockerPgBouncerImage])
+	}
+	require.Len(t, env, want)
 	ext, err := Start(context.Background(), Options{lookupEnv: lookup(env)})
 	require.NoError(t, err)
 	defer ext.Close(context.Background())

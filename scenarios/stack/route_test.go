@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // logLines captures a logger's messages.
@@ -98,26 +99,46 @@ func TestDockerRunsTheVersionSetAskedFor(t *testing.T) {
 func TestDockerUsesImageVariablesAsGiven(t *testing.T) {
 	requireDocker(t)
 	t.Parallel()
+	// The older set's images, pulled or built the way its stacks get them.
 	old := VersionSets()[0]
+	imgs := setImages(t, old)
 	var logs logLines
 	s, err := Start(context.Background(), Options{
 		Provider: ProviderDocker, Versions: DefaultVersions, Logger: logs.logger(),
-		PostgresImage: old.LocalPostgresImage, PgBouncerImage: old.LocalPgBouncerImage,
+		PostgresImage: imgs.postgres, PgBouncerImage: imgs.pgbouncer,
 	})
-	require.NoError(t, err, "run `make images` for %s", old.Name)
+	require.NoError(t, err)
 	defer s.Close(context.Background())
 	require.Equal(t, old.Name, s.Versions().Set, "the images given, not the version set's")
 	require.Empty(t, logs.with("pulled image"), "nothing pulled")
 	route := logs.with("stack route:")
 	require.Len(t, route, 1)
-	require.Contains(t, route[0], "docker with the images from DOUBLERUN_POSTGRES_IMAGE and DOUBLERUN_PGBOUNCER_IMAGE: "+old.LocalPostgresImage+" and "+old.LocalPgBouncerImage)
+	require.Contains(t, route[0], "docker with the images from DOUBLERUN_POSTGRES_IMAGE and DOUBLERUN_PGBOUNCER_IMAGE: "+imgs.postgres+" and "+imgs.pgbouncer)
 
 	_, err = Start(context.Background(), Options{
-		Provider: ProviderDocker, PostgresImage: "doublerun/postgres:no-such-tag", PgBouncerImage: old.LocalPgBouncerImage,
+		Provider: ProviderDocker, PostgresImage: "doublerun/postgres:no-such-tag", PgBouncerImage: imgs.pgbouncer,
 	})
 	require.Error(t, err)
 	require.Contains(t, firstLine(err), "doublerun/postgres:no-such-tag")
 	require.Contains(t, firstLine(err), "unset DOUBLERUN_POSTGRES_IMAGE and DOUBLERUN_PGBOUNCER_IMAGE to let doublerun pick (and build) images")
+}
+
+// setImages returns set's images as the docker provider resolves them:
+// its public images where they can be pulled, else its local ones, built
+// first when missing.
+func setImages(t *testing.T, set VersionSet) dockerImages {
+	t.Helper()
+	ctx := context.Background()
+	opts, err := Options{Provider: ProviderDocker, Versions: set.Name}.FromEnv()
+	require.NoError(t, err)
+	_, err = prepareRyuk(ctx, opts.Logger)
+	require.NoError(t, err)
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	require.NoError(t, err)
+	defer cli.Close()
+	imgs, err := resolveImages(ctx, opts, cli)
+	require.NoError(t, err, "the images of %s", set.Name)
+	return imgs
 }
 
 // fakeHost points the native provider at an empty host with a fake apt-get

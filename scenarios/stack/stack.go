@@ -85,12 +85,16 @@ type node interface {
 }
 
 // Start brings up Postgres and the session and transaction bouncers. On
-// error everything it started is removed again.
+// error everything it started is removed again. Whatever the provider, it
+// first removes the temp dirs (and a native stack's shared memory) that
+// doublerun processes killed outright left on this machine, logging each
+// (see "Leftovers" in the package documentation).
 func Start(ctx context.Context, opts Options) (*Stack, error) {
 	opts, err := opts.FromEnv()
 	if err != nil {
 		return nil, err
 	}
+	sweepOwnedDirs(opts.Logger)
 	if opts.Provider == ProviderExternal {
 		return startExternal(ctx, opts)
 	}

@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envSweepChild) != "" {
 		runSweepChild()
 	}
+	runTestChild()
 	code := m.Run()
 	for _, s := range []*Stack{shared.s, restartable.s} {
 		if s != nil {
@@ -161,12 +162,15 @@ func TestExternalProviderReadsExportedDSNs(t *testing.T) {
 	require.ErrorIs(t, ext.RestartPostgres(context.Background()), ErrNotSupported)
 	require.ErrorIs(t, ext.RestartPgBouncer(context.Background(), TransactionName), ErrNotSupported)
 
-	// A bouncer added to an external stack runs locally, in front of the
-	// external Postgres, and goes away with the external stack.
+	// A bouncer added to an external stack runs in front of the external
+	// Postgres, from the same PgBouncer as the stack's own: beside them on
+	// a docker stack's network, else as a local process. It goes away with
+	// the external stack.
 	added, err := ext.AddPgBouncer(context.Background(), "added", pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: 2})
 	require.NoError(t, err)
 	require.Equal(t, pgbouncer.PoolTransaction, added.PoolMode)
 	require.Equal(t, 2, added.PoolSize)
+	require.Equal(t, s.Session().Version, added.Version, "the stack's own PgBouncer, not another")
 	conn := connect(t, added)
 	var db string
 	require.NoError(t, conn.QueryRow(context.Background(), "SELECT current_database()").Scan(&db))
@@ -192,6 +196,14 @@ func exported(t *testing.T, s *Stack) map[string]string {
 	return env
 }
 
+// localBouncers is env without the docker stack's network, so that an
+// external stack built from it adds its bouncers as local processes.
+func localBouncers(env map[string]string) map[string]string {
+	delete(env, EnvDockerNetwork)
+	delete(env, EnvDockerPgBouncerImage)
+	return env
+}
+
 func lookup(env map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 }
@@ -199,7 +211,7 @@ func lookup(env map[string]string) func(string) (string, bool) {
 func TestExternalProviderAddsBouncersOnlyWithAPgBouncerBinary(t *testing.T) {
 	t.Parallel()
 	s := sharedStack(t)
-	env := exported(t, s)
+	env := localBouncers(exported(t, s))
 	env[EnvPgBouncerBin] = filepath.Join(t.TempDir(), "no-pgbouncer")
 	ext, err := Start(context.Background(), Options{lookupEnv: lookup(env)})
 	require.NoError(t, err, "an external stack that adds no bouncer needs no pgbouncer binary")
@@ -230,7 +242,7 @@ func TestExternalProviderRejectsBadDSNs(t *testing.T) {
 func TestUnknownProviderIsRejected(t *testing.T) {
 	t.Parallel()
 	_, err := Start(context.Background(), Options{Provider: "kubernetes"})
-	require.EqualError(t, err, `unknown provider "kubernetes" (from DOUBLERUN_PROVIDER or Options.Provider); use auto, docker, native or external`)
+	require.EqualError(t, err, `unknown provider "kubernetes"; use auto, docker, native or external`)
 }
 
 func TestNativeNamesMissingBinaries(t *testing.T) {
@@ -337,33 +349,52 @@ func requireNothingLeft(t *testing.T, b backend, nodes []node) {
 	}
 }
 
-// A test binary that panics never reaches Close; the next native stack
-// removes the temp dir it left, and only dirs whose owner has died.
+// A test binary that panics never reaches Close, nor a run its own
+// cleanup; the next stack removes the temp dirs they left (a native
+// stack's, a run's), and only dirs whose owner has died.
 func TestNativeSweepsDirsOfDeadOwners(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
 	dead := exec.Command("true")
 	require.NoError(t, dead.Run())
-	mk := func(owner string) string {
-		dir, err := os.MkdirTemp(tmp, nativeDirPrefix)
+	mk := func(prefix, owner string) string {
+		dir, err := os.MkdirTemp(tmp, prefix)
 		require.NoError(t, err)
 		if owner != "" {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o644))
 		}
 		return dir
 	}
-	deadDir := mk(strconv.Itoa(dead.Process.Pid))
-	liveDir := mk(strconv.Itoa(os.Getpid()))
-	unknownDir := mk("")
+	var deadDirs, keptDirs []string
+	for _, prefix := range []string{nativeDirPrefix, RunDirPrefix} {
+		deadDirs = append(deadDirs, mk(prefix, strconv.Itoa(dead.Process.Pid)))
+		keptDirs = append(keptDirs, mk(prefix, strconv.Itoa(os.Getpid())), mk(prefix, ""))
+	}
+	keptDirs = append(keptDirs, mk("doublerun-other-", strconv.Itoa(dead.Process.Pid)))
 
 	sweepStaleDirs(tmp, self(), slog.New(slog.DiscardHandler))
 
-	_, err := os.Stat(deadDir)
-	require.ErrorIs(t, err, os.ErrNotExist, "dir of a dead owner removed")
-	for _, dir := range []string{liveDir, unknownDir} {
+	for _, dir := range deadDirs {
+		_, err := os.Stat(dir)
+		require.ErrorIs(t, err, os.ErrNotExist, "dir of a dead owner removed: %s", dir)
+	}
+	for _, dir := range keptDirs {
 		_, err := os.Stat(dir)
 		require.NoError(t, err, "%s kept", dir)
 	}
+}
+
+// A run's temp dir names its owner, so the sweep can tell when it is
+// left over.
+func TestTempDirNamesItsOwner(t *testing.T) {
+	t.Parallel()
+	dir, err := TempDir()
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.True(t, strings.HasPrefix(filepath.Base(dir), RunDirPrefix), dir)
+	raw, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	require.NoError(t, err)
+	require.Equal(t, self(), parseOwner(string(raw)))
 }
 
 // A native stack lives where DOUBLERUN_STACK_DIR says, and without it on

@@ -3,7 +3,6 @@
 package stack
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -91,27 +90,9 @@ func TestOwnerRecordsRoundTrip(t *testing.T) {
 // dead owner's leftovers before this test looks at them.
 func TestKilledOwnersStackIsRemovedByTheNextStart(t *testing.T) {
 	ctx := context.Background()
-	child := exec.Command(os.Args[0], "-test.run=^$")
 	// Ryuk would remove the containers on its own; this test is about the
 	// sweep, which is what runs where the engine cannot get Ryuk.
-	child.Env = append(os.Environ(), envSweepChild+"=1", envRyukDisabled+"=true")
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	child.Stderr = os.Stderr
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Scan()
-		line <- sc.Text()
-	}()
-	var ready string
-	select {
-	case ready = <-line:
-	case <-time.After(5 * time.Minute):
-		t.Fatal("the child did not start its stack in 5 minutes")
-	}
+	child, ready := startStackChild(t, envSweepChild, envRyukDisabled+"=true")
 	kind, where, ok := strings.Cut(strings.TrimPrefix(ready, "ready "), " ")
 	require.True(t, ok, "child: %s", ready)
 
@@ -130,8 +111,10 @@ func TestKilledOwnersStackIsRemovedByTheNextStart(t *testing.T) {
 	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
 	_ = child.Wait()
 	if kind == "native" {
-		// Its servers die with it (Pdeathsig); only the dir is left.
-		require.Eventually(t, func() bool { return !pidRunsIn(where) }, 10*time.Second, 100*time.Millisecond)
+		// Its servers die with it (Pdeathsig); only the dir is left, and
+		// the postmaster's segment once its backends have exited (until
+		// then the sweep keeps the dir, see releaseSharedMemory).
+		require.Eventually(t, func() bool { return !pidRunsIn(where) && segmentDetached(where) }, 30*time.Second, 100*time.Millisecond)
 	}
 	swept := map[string]string{"docker": "0 running containers, 0 networks", "native": "temp dir present: false"}[kind]
 	// Another package's tests may start a stack at any moment (go test

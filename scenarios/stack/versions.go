@@ -65,14 +65,19 @@ func LookupVersionSet(name string) (VersionSet, error) {
 			return s, nil
 		}
 	}
+	names := strings.Join(versionSetNames(), ", ")
+	if name == "all" {
+		return VersionSet{}, fmt.Errorf("version set %q is for the chaos matrix; a stack runs one set: use one of %s", name, names)
+	}
+	return VersionSet{}, fmt.Errorf("unknown version set %q; use one of %s", name, names)
+}
+
+func versionSetNames() []string {
 	var names []string
 	for _, s := range versionSets {
 		names = append(names, s.Name)
 	}
-	if name == "all" {
-		return VersionSet{}, fmt.Errorf("version set %q is for the chaos matrix; a stack runs one set: use one of %s", name, strings.Join(names, ", "))
-	}
-	return VersionSet{}, fmt.Errorf("unknown version set %q (from %s or Options.Versions); use one of %s", name, EnvVersions, strings.Join(names, ", "))
+	return names
 }
 
 // Versions names the exact server versions a stack runs, read from the

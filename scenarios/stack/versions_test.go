@@ -19,7 +19,7 @@ func TestLookupVersionSet(t *testing.T) {
 	}{
 		{name: "pg15-pgbouncer1.18", want: "pg15-pgbouncer1.18"},
 		{name: "pg17-pgbouncer1.24", want: "pg17-pgbouncer1.24"},
-		{name: "pg16-pgbouncer1.22", err: `unknown version set "pg16-pgbouncer1.22" (from DOUBLERUN_VERSIONS or Options.Versions); use one of pg15-pgbouncer1.18, pg17-pgbouncer1.24`},
+		{name: "pg16-pgbouncer1.22", err: `unknown version set "pg16-pgbouncer1.22"; use one of pg15-pgbouncer1.18, pg17-pgbouncer1.24`},
 		{name: "all", err: `version set "all" is for the chaos matrix; a stack runs one set: use one of pg15-pgbouncer1.18, pg17-pgbouncer1.24`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,9 +6,13 @@
 //
 //	func TestMain(m *testing.M) { stacktest.Main(m) }
 //
-// The stack comes from the provider in DOUBLERUN_PROVIDER (auto by default).
-// When no provider can start, every test that asks for the stack fails with
-// the provider's instructions; nothing is skipped. The stack's progress
+// The stack comes from the provider in DOUBLERUN_PROVIDER (auto by default),
+// unless DOUBLERUN_SHARED_STACK=1 says that the DSN variables name one
+// stack shared by the whole test run (`make test` starts it): then every
+// test binary reaches that stack through the external provider instead of
+// starting its own, while Own and the tests of the providers themselves
+// still start theirs. When no provider can start, every test that asks for
+// the stack fails with the provider's instructions; nothing is skipped. The stack's progress
 // lines, its route line first, go to stderr, which go test shows for a
 // failed package or with -v.
 package stacktest
@@ -68,10 +72,31 @@ func Shared(t testing.TB) *stack.Stack {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		shared, err = stack.Start(ctx, stack.Options{Logger: log})
+		opts := stack.Options{Logger: log}
+		if SharedByRun() {
+			opts.Provider = stack.ProviderExternal
+		}
+		shared, err = stack.Start(ctx, opts)
 	})
 	require.NoError(t, err, "start the test stack")
 	return shared
+}
+
+// SharedByRun reports whether the test run shares one stack across its
+// test binaries (DOUBLERUN_SHARED_STACK=1 beside the stack's DSNs). A test
+// whose child processes should reach that stack rather than start their
+// own passes it on with ShareEnv.
+func SharedByRun() bool { return os.Getenv(stack.EnvSharedStack) == "1" }
+
+// ShareEnv returns the environment entries with which a child process
+// started by a test reaches the run's shared stack through the external
+// provider, or nil when the run shares none (the child then starts its own
+// stack, as the test binary would).
+func ShareEnv() []string {
+	if !SharedByRun() {
+		return nil
+	}
+	return []string{stack.EnvProvider + "=" + string(stack.ProviderExternal)}
 }
 
 // Own starts a stack of the test's own and closes it when the test ends:

@@ -1,20 +1,44 @@
 // Command prepare picks the route a doublerun stack takes on this machine
 // and prints it in one line, building local images or installing packages
-// on first use (stack.Prepare). `make test` runs it before `go test ./...`,
-// whose test binaries start their stacks in parallel and show their output
-// only when they fail.
+// on first use (stack.Prepare).
+//
+//	prepare                 prepare, print the route, exit
+//	prepare [-warm W] -- CMD ARGS...
+//	                        also start one stack, run CMD with its DSNs and
+//	                        DOUBLERUN_SHARED_STACK=1 in the environment,
+//	                        then remove the stack; exit with CMD's status.
+//	                        W, a command line split at spaces, runs while
+//	                        the stack starts
+//
+// `make test` passes `-warm "go list -race -deps -test -export ./..."`,
+// which compiles every package the tests need: on a machine with no
+// images that compile overlaps their build, which waits mostly on the
+// network and the disk, instead of following it.
+//
+// `make test` runs `prepare -- go test ./...`: the test binaries, which run
+// in parallel and show their output only when they fail, share that one
+// stack (stacktest.Shared) instead of starting one each, while the tests of
+// the providers and those that restart servers still start their own.
+// Ctrl-C and SIGTERM reach CMD, and the stack is removed after it exits; if
+// prepare itself is killed, the next stack started on the machine removes
+// this one (its servers carry prepare's PID as their owner).
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
@@ -22,18 +46,138 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	level := slog.LevelInfo
 	if os.Getenv("DOUBLERUN_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
 	log := slog.New(lineHandler{w: os.Stderr, level: level})
 	tclog.SetDefault(stdlog.New(io.Discard, "", 0)) // its banner is not the route
-	if err := stack.Prepare(ctx, stack.Options{Logger: log}); err != nil {
-		fmt.Fprintln(os.Stderr, "doublerun:", err)
-		os.Exit(1)
+	args := os.Args[1:]
+	if len(args) == 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := stack.Prepare(ctx, stack.Options{Logger: log}); err != nil {
+			fmt.Fprintln(os.Stderr, "doublerun:", err)
+			os.Exit(1)
+		}
+		return
 	}
+	var warm []string
+	if args[0] == "-warm" && len(args) > 1 {
+		warm, args = strings.Fields(args[1]), args[2:]
+	}
+	if len(args) < 2 || args[0] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: prepare [-warm COMMAND] [-- COMMAND ARGS...]")
+		os.Exit(2)
+	}
+	os.Exit(runShared(log, warm, args[1:]))
+}
+
+// runShared starts one stack, runs argv with the stack's DSNs and
+// DOUBLERUN_SHARED_STACK=1 added to the environment, removes the stack and
+// returns argv's exit status. Ctrl-C and SIGTERM are passed to argv, which
+// decides when to stop; the stack outlives it until it has.
+func runShared(log *slog.Logger, warm, argv []string) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	warmed := warmUp(ctx, warm)
+	var mu sync.Mutex
+	var child *os.Process
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for sig := range sigs {
+			cancel() // a stack still starting stops
+			mu.Lock()
+			if child != nil {
+				_ = child.Signal(sig)
+			}
+			mu.Unlock()
+		}
+	}()
+
+	s, err := stack.Start(ctx, stack.Options{Logger: log})
+	if err != nil {
+		if ctx.Err() != nil {
+			return 130
+		}
+		fmt.Fprintln(os.Stderr, "doublerun:", err)
+		return 1
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if err := s.Close(cctx); err != nil {
+			fmt.Fprintln(os.Stderr, "doublerun: remove the shared stack:", err)
+		}
+	}()
+	log.Info("one stack shared by the test binaries; tests of the providers and tests that restart servers start their own",
+		"provider", s.Provider())
+	<-warmed
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = sharedEnv(os.Environ(), s.Env())
+	// If prepare is killed outright, the command goes too; the stack is
+	// then removed by the next stack started on the machine.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	mu.Lock()
+	if ctx.Err() != nil {
+		mu.Unlock()
+		return 130
+	}
+	err = cmd.Start()
+	if err == nil {
+		child = cmd.Process
+	}
+	mu.Unlock()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "doublerun: run %s: %v\n", argv[0], err)
+		return 1
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
+		return exit.ExitCode()
+	case errors.As(err, &exit):
+		return 130 // ended by a signal
+	}
+	fmt.Fprintf(os.Stderr, "doublerun: %s: %v\n", argv[0], err)
+	return 1
+}
+
+// warmUp runs argv (if any) in the background, its output discarded: a
+// failure shows again, with its message, in the command that follows. The
+// channel closes when it has ended.
+func warmUp(ctx context.Context, argv []string) <-chan struct{} {
+	done := make(chan struct{})
+	if len(argv) == 0 {
+		close(done)
+		return done
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	go func() {
+		defer close(done)
+		_ = cmd.Run()
+	}()
+	return done
+}
+
+// sharedEnv is environ with the shared stack's variables added. The
+// provider the user chose (or auto) stays in force for the stacks tests
+// start themselves; DOUBLERUN_SHARED_STACK names the shared one instead.
+func sharedEnv(environ, stackEnv []string) []string {
+	env := slices.Clone(environ)
+	for _, kv := range stackEnv {
+		if !strings.HasPrefix(kv, stack.EnvProvider+"=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, stack.EnvSharedStack+"=1")
 }
 
 // lineHandler prints "doublerun: message key=value ..." lines.

@@ -1,4 +1,4 @@
-// Command bench measures the worker's throughput: jobs/s and jobs per
+// Package bench is `doublerun bench` (make bench): it measures the worker's throughput: jobs/s and jobs per
 // CPU-second (the worker's process plus every Postgres process plus
 // PgBouncer, read from /proc) for a grid of batch sizes, backlogs and
 // topologies, each cell the median of several runs. `make bench` runs it.
@@ -10,7 +10,7 @@
 // Runs go round by round over the whole grid, so that a passing burst of
 // load on the machine spreads over cells instead of spoiling one; every
 // run prints the one-minute load average it started at.
-package main
+package bench
 
 import (
 	"context"
@@ -19,12 +19,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,7 +29,8 @@ import (
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
-type options struct {
+// Options are the benchmark's grid and pace; Flags fills them in.
+type Options struct {
 	batches, backlogs []int
 	topologies        []string
 	runs              int
@@ -42,23 +40,13 @@ type options struct {
 	historyLimit      time.Duration
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-}
-
-func parse(args []string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// Flags defines the benchmark's flags on fs and returns a function that,
+// after fs is parsed, checks them and returns the options.
+func Flags(fs *flag.FlagSet) func() (Options, error) {
 	batches := fs.String("batches", "10,100,1000", "batch sizes (Config.BatchSize), comma-separated")
 	backlogs := fs.String("backlogs", "10000,100000,1000000", "jobs waiting when a run starts, comma-separated")
 	topologies := fs.String("topologies", "direct,transaction", "direct and/or transaction (PgBouncer transaction pooling)")
-	var o options
+	var o Options
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell; the table shows their median")
 	fs.DurationVar(&o.window, "window", 10*time.Second, "longest a run lasts when its backlog is not done sooner")
 	fs.DurationVar(&o.poll, "poll", 100*time.Millisecond, "Config.PollInterval")
@@ -66,40 +54,36 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.history, "history", false, "instead of the grid: drain the largest backlog at the first batch size through the last topology and print each 10% segment")
 	fs.DurationVar(&o.historyLimit, "history-limit", 10*time.Minute, "longest the -history drain lasts")
 	fs.BoolVar(&o.explain, "explain", false, "instead of the grid: run the first cell for the window, then print the next claims' EXPLAIN (ANALYZE, BUFFERS)")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q; see -h", fs.Arg(0))
-	}
-	var err error
-	if o.batches, err = ints("batches", *batches); err != nil {
-		return o, err
-	}
-	if o.backlogs, err = ints("backlogs", *backlogs); err != nil {
-		return o, err
-	}
-	for t := range strings.SplitSeq(*topologies, ",") {
-		switch strings.TrimSpace(t) {
-		case "direct":
-			o.topologies = append(o.topologies, stack.PostgresName)
-		case "transaction":
-			o.topologies = append(o.topologies, stack.TransactionName)
-		default:
-			return o, fmt.Errorf("-topologies: %q is neither direct nor transaction", t)
+	return func() (Options, error) {
+		var err error
+		if o.batches, err = ints("batches", *batches); err != nil {
+			return o, err
 		}
+		if o.backlogs, err = ints("backlogs", *backlogs); err != nil {
+			return o, err
+		}
+		for t := range strings.SplitSeq(*topologies, ",") {
+			switch strings.TrimSpace(t) {
+			case "direct":
+				o.topologies = append(o.topologies, stack.PostgresName)
+			case "transaction":
+				o.topologies = append(o.topologies, stack.TransactionName)
+			default:
+				return o, fmt.Errorf("--topologies: %q is neither direct nor transaction", t)
+			}
+		}
+		switch {
+		case o.runs < 1:
+			return o, fmt.Errorf("--runs must be at least 1, got %d", o.runs)
+		case o.window <= 0 || o.poll <= 0 || o.historyLimit <= 0:
+			return o, errors.New("--window, --poll and --history-limit must be positive")
+		case o.poolSize < 1:
+			return o, fmt.Errorf("--pool-size must be at least 1, got %d", o.poolSize)
+		case o.history && o.explain:
+			return o, errors.New("--history and --explain are separate runs; pass one")
+		}
+		return o, nil
 	}
-	switch {
-	case o.runs < 1:
-		return o, fmt.Errorf("-runs must be at least 1, got %d", o.runs)
-	case o.window <= 0 || o.poll <= 0 || o.historyLimit <= 0:
-		return o, errors.New("-window, -poll and -history-limit must be positive")
-	case o.poolSize < 1:
-		return o, fmt.Errorf("-pool-size must be at least 1, got %d", o.poolSize)
-	case o.history && o.explain:
-		return o, errors.New("-history and -explain are separate runs; pass one")
-	}
-	return o, nil
 }
 
 func ints(name, list string) ([]int, error) {
@@ -107,18 +91,16 @@ func ints(name, list string) ([]int, error) {
 	for s := range strings.SplitSeq(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("-%s: %q is not a positive whole number", name, s)
+			return nil, fmt.Errorf("--%s: %q is not a positive whole number", name, s)
 		}
 		out = append(out, n)
 	}
 	return out, nil
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parse(args, stderr)
-	if err != nil {
-		return err
-	}
+// Run runs the benchmark with o on a native stack of its own, printing
+// progress on stderr and the tables on stdout.
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 
 	st, err := stack.Start(ctx, stack.Options{
@@ -159,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // grid runs every cell o.runs times, round by round, and prints the table.
-func (b *bench) grid(ctx context.Context, out io.Writer, o options) error {
+func (b *bench) grid(ctx context.Context, out io.Writer, o Options) error {
 	var cells []cell
 	for _, batch := range o.batches {
 		for _, backlog := range o.backlogs {

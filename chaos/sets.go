@@ -1,0 +1,208 @@
+package chaos
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/stack"
+)
+
+// RunConfig configures RunSets. Zero fields take the defaults in their
+// comments.
+type RunConfig struct {
+	// Sets are the version sets to run the cells on, one stack each, one
+	// after another; default one stack of the stack's own choice
+	// (DOUBLERUN_VERSIONS, else the newest).
+	Sets []string
+	// Shard and Shards say which slice of the cells runs on each set
+	// (Shard); default 1/1, every cell.
+	Shard, Shards int
+	// Replicas, when not 0, is every cell's number of replicas instead of
+	// its own (2).
+	Replicas int
+	// OutDir receives each cell's report, and per set cells.json and
+	// summary.md (under OutDir/<set> when Sets has several, and then the
+	// summary of all in OutDir/summary.md); empty for no files.
+	OutDir string
+	// Logger receives the stacks' and the runs' logs; default discards.
+	Logger *slog.Logger
+	// Start starts the stack of a version set and returns it with its
+	// cleanup; default stack.Start, closed within a minute.
+	Start func(ctx context.Context, set string) (*stack.Stack, func(), error)
+	// OnSet, if set, sees each set's stack once it is up, before its
+	// cells run.
+	OnSet func(SetStart)
+	// OnResult, if set, sees each cell's result as it comes.
+	OnResult func(done, total int, r report.Result)
+}
+
+// SetStart is what RunConfig.OnSet is told of a version set's run.
+type SetStart struct {
+	// Asked is the set asked for; Stack's servers make up Stack.Versions().Set.
+	Asked string
+	Stack *stack.Stack
+	// RanFor, when not empty, is the set asked for earlier whose stack
+	// ran the same servers: a provider that runs its own binaries whatever
+	// is asked (native) would run them twice, so this set is skipped.
+	RanFor string
+	// Cells is how many cells run on this set (its shard), of Total.
+	Cells, Total int
+	// Replicas is each cell's number of replicas.
+	Replicas int
+	// Dir is where the set's reports go; "" for none.
+	Dir string
+}
+
+// RunSets runs cells on each version set of cfg, one stack per set, one
+// after another: each cell placed on the set its stack's servers make up,
+// expecting what Expect says there; only cfg's shard of them; one at a
+// time (RunMatrix). It writes the reports, cells.json and summaries under
+// cfg.OutDir and returns every result, as report.json holds it, with each
+// set's wall time. Invalid cells are an error before any stack starts; a
+// stack that cannot start, or a file that cannot be written, ends the run
+// with an error. When ctx ends it stops after the cell it is in and
+// returns what ran.
+func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, error) {
+	r := setsRun{cfg: cfg, cells: cells, ran: map[string]string{}, out: SetResults{Walls: map[string]time.Duration{}}}
+	if _, err := table.place(cells, "", cfg.Replicas); err != nil {
+		return SetResults{}, err
+	}
+	sets := cfg.Sets
+	if len(sets) == 0 {
+		sets = []string{""}
+	}
+	r.several = len(sets) > 1
+	r.cfg.Shard, r.cfg.Shards = cmp.Or(cfg.Shard, 1), cmp.Or(cfg.Shards, 1)
+	r.cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	if r.cfg.Start == nil {
+		r.cfg.Start = func(ctx context.Context, set string) (*stack.Stack, func(), error) {
+			return startStack(ctx, set, r.cfg.Logger)
+		}
+	}
+	for _, asked := range sets {
+		if err := r.runOn(ctx, asked); err != nil {
+			return r.out, err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if cfg.OutDir != "" && r.several {
+		path := filepath.Join(cfg.OutDir, "summary.md")
+		if err := os.WriteFile(path, []byte(r.out.Summary()), 0o644); err != nil {
+			return r.out, fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	return r.out, nil
+}
+
+// setsRun is one RunSets in progress.
+type setsRun struct {
+	cfg     RunConfig // defaults applied
+	cells   []Cell
+	several bool
+	// ran maps each version set that ran to the one asked for.
+	ran map[string]string
+	out SetResults
+}
+
+// runOn runs the shard of the cells on a stack of the version set asked,
+// adding what it gave to r.out.
+func (r *setsRun) runOn(ctx context.Context, asked string) error {
+	cfg := r.cfg
+	s, closeStack, err := cfg.Start(ctx, asked)
+	if err != nil {
+		return err
+	}
+	defer closeStack()
+	have := s.Versions().Set
+	if earlier, done := r.ran[have]; done {
+		if cfg.OnSet != nil {
+			cfg.OnSet(SetStart{Asked: asked, Stack: s, RanFor: earlier})
+		}
+		return nil
+	}
+	r.ran[have] = asked
+	scs, err := table.place(r.cells, have, cfg.Replicas)
+	if err != nil {
+		return err
+	}
+	index := Shard(scs, cfg.Shard, cfg.Shards)
+	picked := make([]scenarios.Scenario, len(index))
+	for k, i := range index {
+		picked[k] = scs[i]
+	}
+	r.out.Planned += len(picked)
+	dir := cfg.OutDir
+	if dir != "" && r.several {
+		dir = filepath.Join(cfg.OutDir, asked)
+	}
+	if cfg.OnSet != nil {
+		replicas := cmp.Or(cfg.Replicas, scenarios.DefaultReplicas)
+		cfg.OnSet(SetStart{Asked: asked, Stack: s, Cells: len(picked), Total: len(scs), Replicas: replicas, Dir: dir})
+	}
+	begin := time.Now()
+	results := RunMatrix(ctx, picked, scenarios.RunOptions{Stack: s, OutDir: dir, Logger: cfg.Logger}, cfg.OnResult)
+	wall := time.Since(begin)
+	for i := range results {
+		results[i].Versions = have
+	}
+	// As report.json holds them, so that this summary and a merge of
+	// this directory agree to the character.
+	results = report.Canonical(results)
+	r.out.Results = append(r.out.Results, results...)
+	r.out.Walls[have] += wall
+	if dir == "" {
+		return nil
+	}
+	shard := report.ShardResults{Versions: have, Shard: cfg.Shard, Shards: cfg.Shards, Total: len(scs), Wall: wall, Results: results, Index: index[:len(results)]}
+	if err := report.WriteCells(dir, shard); err != nil {
+		return err
+	}
+	return report.WriteSummary(dir, results, wall)
+}
+
+// place returns the scenario of each cell on the version set set,
+// expecting what t says there, with replicas replicas each when it is not
+// 0. The error is the first cell's that is not valid.
+func (t Table) place(cells []Cell, set string, replicas int) ([]scenarios.Scenario, error) {
+	out := make([]scenarios.Scenario, len(cells))
+	for i, c := range cells {
+		c.Versions = set
+		sc, err := t.scenario(c)
+		if err != nil {
+			return nil, fmt.Errorf("cell %s: %w", c.Name(), err)
+		}
+		if replicas != 0 {
+			sc.Replicas = replicas
+			if err := sc.Validate(); err != nil {
+				return nil, fmt.Errorf("cell %s: %w", c.Name(), err)
+			}
+		}
+		out[i] = sc
+	}
+	return out, nil
+}
+
+// startStack starts a stack of the version set set ("" for the stack's
+// own choice) and returns its cleanup.
+func startStack(ctx context.Context, set string, log *slog.Logger) (*stack.Stack, func(), error) {
+	s, err := stack.Start(ctx, stack.Options{Logger: log, Versions: set})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := s.Close(cctx); err != nil {
+			log.Error("stack cleanup", "err", err)
+		}
+	}, nil
+}

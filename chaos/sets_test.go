@@ -1,0 +1,86 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/chaos"
+	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+// RunSets runs the cells on each set's stack, placed on the set its
+// servers make up, and writes what a merge reads back to the character; a
+// set whose stack runs servers that already ran (the native provider's,
+// whatever is asked) is skipped.
+func TestRunSetsSkipsServersThatRanAndWritesWhatMergeReads(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Shared(t)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	asked := []string{"pg15-pgbouncer1.18", "pg17-pgbouncer1.24"}
+	var starts []chaos.SetStart
+	var lines []string
+	res, err := chaos.RunSets(ctx, []chaos.Cell{{Strategy: scenarios.StrategyFenced, Topology: scenarios.Direct, Fault: fault.None}}, chaos.RunConfig{
+		Sets: asked, Replicas: 3, OutDir: out,
+		// Every set gets the one shared stack, as the native provider
+		// gives its own servers whatever set is asked.
+		Start:    func(context.Context, string) (*stack.Stack, func(), error) { return s, func() {}, nil },
+		OnSet:    func(st chaos.SetStart) { starts = append(starts, st) },
+		OnResult: func(done, total int, r report.Result) { lines = append(lines, r.Line()) },
+	})
+	require.NoError(t, err)
+	have := s.Versions().Set
+	require.Len(t, starts, 2)
+	require.Equal(t, chaos.SetStart{Asked: asked[0], Stack: s, Cells: 1, Total: 1, Replicas: 3, Dir: filepath.Join(out, asked[0])}, starts[0])
+	require.Equal(t, chaos.SetStart{Asked: asked[1], Stack: s, RanFor: asked[0]}, starts[1], "the same servers do not run twice")
+	require.Len(t, lines, 1)
+	require.Len(t, res.Results, 1)
+	require.Equal(t, 1, res.Planned)
+	r := res.Results[0]
+	require.NoError(t, r.Err)
+	require.Equal(t, have, r.Versions)
+	require.Equal(t, 3, r.Report.Scenario.Replicas, "--replicas reaches the run")
+	require.Equal(t, "fenced/direct/none", r.Scenario.Name)
+	require.True(t, res.Verdict().Pass, res.Verdict().Reason)
+
+	m, err := chaos.MergeDirs(out)
+	require.NoError(t, err)
+	require.Equal(t, res.Summary(), m.Summary(), "a merge of what RunSets wrote is what it returned")
+	written, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	require.NoError(t, err)
+	require.Equal(t, res.Summary(), string(written), "several sets: the summary of all beside theirs")
+	_, err = os.Stat(filepath.Join(out, asked[0], "fenced/direct/none/report.json"))
+	require.NoError(t, err)
+}
+
+// A cell that cannot run is refused before any stack starts.
+func TestRunSetsRefusesABadCellBeforeAnyStack(t *testing.T) {
+	t.Parallel()
+	start := func(context.Context, string) (*stack.Stack, func(), error) {
+		t.Error("a stack was started for cells that cannot run")
+		return nil, nil, context.Canceled
+	}
+	for _, tc := range []struct {
+		cell     chaos.Cell
+		replicas int
+		want     string
+	}{
+		{chaos.Cell{Strategy: scenarios.StrategyFenced, Topology: scenarios.Transaction, Fault: fault.TerminateLeaderBackend.Name()}, 0,
+			`cell fenced/transaction/TERMINATE_LEADER_BACKEND: field "fault": TERMINATE_LEADER_BACKEND does not apply`},
+		{chaos.Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Transaction, Fault: fault.None}, 1,
+			`cell advisory/transaction/none: field "replicas": 1 is too few for expect reproduces`},
+	} {
+		_, err := chaos.RunSets(context.Background(), []chaos.Cell{tc.cell}, chaos.RunConfig{Replicas: tc.replicas, Start: start})
+		require.ErrorContains(t, err, tc.want)
+	}
+}

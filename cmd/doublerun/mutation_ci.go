@@ -1,0 +1,431 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/doublerun/doublerun/mutation"
+	"github.com/doublerun/doublerun/scenarios/stack"
+)
+
+// The gated packages, and those of them whose every mutant runs on every
+// submission (cheap: pure logic).
+var (
+	gatedPackages = []string{"lease", "worker", "scenarios/oracle"}
+	wholePackages = []string{"scenarios/oracle"}
+)
+
+// gateEnv is what every mutant's and guard's go test gets beside the
+// shared stack's variables: no cached results (a cached coverage run makes
+// every gremlins mutant time out, gremlins#267), no vet (it judges the
+// mutant's style, not the tests), and no DWARF, the bulk of a test
+// binary's link time.
+const gateGOFLAGS = "-count=1 -vet=off -ldflags=-w"
+
+// gateTags leaves the docker provider out of the mutants' test binaries:
+// they reach the shared stack through the external provider.
+const gateTags = "doublerun_nodocker"
+
+// mutationCI is `doublerun mutation ci`, the gate every submission
+// passes: gremlins on the lines changed since the record's base, on one
+// shard of the gated packages in turn and on every mutant of the whole
+// packages, then the named guards.
+func mutationCI(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet("mutation ci", mutationUsage, e)
+	recordFile := fs.String("record", "testdata/mutation/record.json", "the last passing gate run's record, relative to the repository root unless given")
+	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor, relative to the repository root unless given")
+	eqFile := fs.String("equivalents", "testdata/mutation/equivalents.json", "listed equivalent mutants, relative to the repository root unless given")
+	manifest := fs.String("manifest", mutation.DefaultManifests, "glob of guard manifests, relative to the repository root unless given")
+	budget := fs.Duration("budget", 12*time.Minute, "bound on the estimated wall time of the gremlins runs; a change that would take longer fails at once")
+	shardFlag := fs.Int("shard", 0, "the shard to run, from 1 to the record's shard count; default: 1 + the number of commits in HEAD's history modulo that count")
+	out := fs.String("out", "out/mutation-ci", "directory for gremlins' reports")
+	guards := fs.Bool("guards", true, "run the named guards too")
+	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record: this commit as the base, the shard's figures raised")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name  string
+		value *string
+	}{{"record", recordFile}, {"baseline", baselineFile}, {"equivalents", eqFile}, {"manifest", manifest}} {
+		if err := defaultInRepo(fs, f.name, f.value, "mutation ci", "--"+f.name+" FILE"); err != nil {
+			return err
+		}
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	rec, err := mutation.ReadRecord(*recordFile)
+	if err != nil {
+		return err
+	}
+	baseline, err := mutation.ReadBaseline(*baselineFile)
+	if err != nil {
+		return err
+	}
+	eq, err := mutation.ReadEquivalents(*eqFile)
+	if err != nil {
+		return err
+	}
+	if stale := eq.Stale(root); len(stale) > 0 {
+		for _, s := range stale[1:] {
+			fmt.Fprintln(e.stdout, "FAIL "+s)
+		}
+		return errors.New(stale[0])
+	}
+	shard := *shardFlag - 1 // from 0 inside
+	if !fs.isSet("shard") {
+		n, err := commitCount(ctx, root)
+		if err != nil {
+			return err
+		}
+		shard = n % rec.Shards
+	}
+	if shard < 0 || shard >= rec.Shards {
+		return usageError{fmt.Sprintf("--shard must be from 1 to %d (the record has %d shards), not %d", rec.Shards, rec.Shards, *shardFlag)}
+	}
+	var gs []mutation.Guard
+	if *guards {
+		if gs, err = mutation.LoadManifests(*manifest); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	outDir, err := filepath.Abs(*out)
+	if err != nil {
+		return err
+	}
+	begin := time.Now()
+	g, err := newGateRun(ctx, e, root)
+	if err != nil {
+		return err
+	}
+	defer g.close()
+
+	run, err := mutation.RunCI(ctx, mutation.CIOptions{
+		Root: root, Gremlins: g.gremlins, Config: filepath.Join(root, ".gremlins.yaml"),
+		Packages: gatedPackages, Whole: wholePackages, Record: rec, Baseline: baseline, Equivalents: eq,
+		Shard: shard, Budget: *budget, Env: g.env, TempDir: g.tmp, OutDir: outDir,
+		Logf: func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) },
+	})
+	if err != nil {
+		return err
+	}
+	failures := printCI(e, run, shard, rec.Shards)
+	fmt.Fprintf(e.stdout, "gremlins: %s (estimated %s)\n", run.Elapsed.Round(time.Second), run.Estimate.Round(time.Second))
+
+	var guardFailed []string
+	if *guards {
+		gbegin := time.Now()
+		results, err := runGuardsQuietly(ctx, e, gs, g)
+		if err != nil {
+			return err
+		}
+		for _, r := range results {
+			if !r.Passed() {
+				guardFailed = append(guardFailed, fmt.Sprintf("guard %s %s: %s", r.ID, r.Outcome, r.Detail))
+			}
+		}
+		fmt.Fprintf(e.stdout, "named guards: %d of %d killed in %s\n", len(results)-len(guardFailed), len(results), time.Since(gbegin).Round(time.Second))
+	}
+	failures = append(failures, guardFailed...)
+	fmt.Fprintf(e.stdout, "mutation ci: shard %d/%d, base %s, %s in all\n", shard+1, rec.Shards, rec.Base[:min(12, len(rec.Base))], time.Since(begin).Round(time.Second))
+	if len(failures) > 0 {
+		for _, f := range failures {
+			fmt.Fprintln(e.stdout, "FAIL "+f)
+		}
+		more := ""
+		if len(failures) > 1 {
+			more = fmt.Sprintf(" (and %d more above)", len(failures)-1)
+		}
+		return fmt.Errorf("gate failed: %s%s", failures[0], more)
+	}
+	if *write {
+		return writeCIRecord(ctx, e, root, *recordFile, rec, run, shard)
+	}
+	return nil
+}
+
+// printCI prints each package's part and changed lines, and returns the
+// failures.
+func printCI(e *env, run mutation.CIRun, shard, shards int) []string {
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PACKAGE\tPART\tEFFICACY\tCOVERAGE\tKILLED\tLIVED\tNOT COVERED\tTIMED OUT\tEXCUSED\tCHANGED LINES\tTHEIR MUTANTS")
+	var failures []string
+	for i, r := range run.Results {
+		p := run.Packages[i]
+		part := fmt.Sprintf("shard %d/%d", shard+1, shards)
+		if p.Whole {
+			part = "every mutant"
+		}
+		s := r.Part.Score
+		fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", r.Name, part, s.Efficacy(), s.Coverage(),
+			s.Killed, s.Lived, s.NotCovered, s.TimedOut, r.Part.Excused, p.Changed.Lines(), r.Changed.Score.Tested()+r.Changed.Score.NotCovered)
+		failures = append(failures, r.Failures...)
+	}
+	tw.Flush()
+	return failures
+}
+
+// writeCIRecord writes the record of a passing per-submission run
+// (Record.After). Only a clean working tree is recorded: the base must be
+// the code that passed.
+func writeCIRecord(ctx context.Context, e *env, root, file string, rec mutation.Record, run mutation.CIRun, shard int) error {
+	head, err := cleanHead(ctx, root)
+	if err != nil {
+		return err
+	}
+	if err := rec.After(run, shard, head).Write(file); err != nil {
+		return fmt.Errorf("write the record: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "record %s: base %s; commit it to move the next gate's base here\n", file, head[:12])
+	return nil
+}
+
+// cleanHead returns HEAD's commit, or an error when the working tree has
+// changes: a record names the code that passed.
+func cleanHead(ctx context.Context, root string) (string, error) {
+	status, err := gitOutput(ctx, root, "status", "--porcelain")
+	if err != nil {
+		return "", err
+	}
+	if status != "" {
+		return "", fmt.Errorf("not writing the record: the working tree has changes (%s); commit them and run again", strings.SplitN(status, "\n", 2)[0])
+	}
+	return gitOutput(ctx, root, "rev-parse", "HEAD")
+}
+
+// commitCount is the number of commits in HEAD's history; the
+// per-submission gate takes shard commitCount mod n, so n consecutive
+// submissions cover every shard.
+func commitCount(ctx context.Context, root string) (int, error) {
+	out, err := gitOutput(ctx, root, "rev-list", "--count", "HEAD")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(out)
+}
+
+func gitOutput(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// moduleRoot is the repository root, found from the working directory.
+func moduleRoot() (string, error) {
+	p, err := repoFile("go.mod")
+	if err != nil {
+		return "", fmt.Errorf("%v; run the mutation commands from inside it", err)
+	}
+	return filepath.Abs(filepath.Dir(p))
+}
+
+// gateRun is what a gate run shares: a temp dir (gremlins' copies of the
+// module, the binaries), the gremlins binary, and one stack every mutant
+// and guard reaches.
+type gateRun struct {
+	tmp, gremlins string
+	env           []string
+	stack         *stack.Stack
+	close         func()
+}
+
+// newGateRun builds gremlins and starts the shared stack: the native
+// provider first (servers as child processes on /dev/shm start in a
+// second and answer fastest), else DOUBLERUN_PROVIDER's route. Its route
+// line says which.
+func newGateRun(ctx context.Context, e *env, root string) (*gateRun, error) {
+	tmp, err := os.MkdirTemp("", "doublerun-mutation-")
+	if err != nil {
+		return nil, err
+	}
+	// The native provider's servers run as the postgres user and need to
+	// reach their dirs under it.
+	_ = os.Chmod(tmp, 0o755)
+	g := &gateRun{tmp: tmp, gremlins: filepath.Join(tmp, "gremlins")}
+	g.close = func() { os.RemoveAll(tmp) }
+	build := exec.CommandContext(ctx, "go", "build", "-o", g.gremlins, "github.com/go-gremlins/gremlins/cmd/gremlins")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		g.close()
+		return nil, fmt.Errorf("build gremlins: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	opts := stack.Options{Logger: e.log}
+	if os.Getenv(stack.EnvProvider) == "" {
+		opts.Provider = stack.ProviderNative
+	}
+	s, err := stack.Start(ctx, opts)
+	if err != nil && opts.Provider == stack.ProviderNative {
+		e.log.Info("the native provider cannot start; trying the others", "err", err)
+		opts.Provider = ""
+		s, err = stack.Start(ctx, opts)
+	}
+	if err != nil {
+		g.close()
+		return nil, fmt.Errorf("shared stack: %w", err)
+	}
+	g.stack = s
+	g.close = func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = s.Close(cctx)
+		os.RemoveAll(tmp)
+	}
+	g.env = append(s.Env(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" "+gateGOFLAGS))
+	return g, nil
+}
+
+// runGuardsQuietly runs the named guards on the gate run's stack and
+// prints a line only for a guard that is not killed.
+func runGuardsQuietly(ctx context.Context, e *env, guards []mutation.Guard, g *gateRun) ([]mutation.GuardResult, error) {
+	results, err := mutation.RunGuards(ctx, guards, mutation.GuardOptions{
+		Env: g.env, Tags: gateTags, TempDir: g.tmp, Logger: e.log,
+		Progress: func(i int, r mutation.GuardResult) {
+			if !r.Passed() {
+				fmt.Fprintf(e.stderr, "guard %s %s: %s\n", r.ID, r.Outcome, r.Detail)
+				if r.Output != "" {
+					fmt.Fprintf(e.stderr, "%s\n", indent(r.Output, "    | "))
+				}
+			}
+		},
+	})
+	if errors.Is(err, context.Canceled) {
+		return nil, errors.New("interrupted; nothing was left behind")
+	}
+	return results, err
+}
+
+// mutationFull is `doublerun mutation full` (make mutation): gremlins on
+// every mutant of the gated packages, or of one shard of their lines
+// (--shard, a nightly job's slice), on one shared stack. Unsharded, it
+// gates the reports (the baseline, and every LIVED mutant not listed as
+// equivalent) and on a pass can write the record the per-submission gate
+// starts from. A shard only writes its reports; `mutation gate --merge`
+// joins the shards' and gates the whole.
+func mutationFull(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet("mutation full", mutationUsage, e)
+	packages := fs.String("packages", strings.Join(gatedPackages, ","), "the packages to mutate, comma-separated directories")
+	shardFlag := fs.String("shard", "", "run only shard K of N of the packages' lines (K from 1), as K/N")
+	shards := fs.Int("shards", 8, "how many shards the record splits each package's lines into")
+	out := fs.String("out", "out/mutation", "directory for gremlins' reports")
+	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor, relative to the repository root unless given")
+	eqFile := fs.String("equivalents", "testdata/mutation/equivalents.json", "listed equivalent mutants, relative to the repository root unless given")
+	recordFile := fs.String("record", "testdata/mutation/record.json", "where --write-record writes, relative to the repository root unless given")
+	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *shards < 1 || *shards > 64 {
+		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", *shards)}
+	}
+	k, n := -1, 0
+	if *shardFlag != "" {
+		var err error
+		if k, n, err = parseShard(*shardFlag); err != nil {
+			return usageError{"--shard: " + err.Error()}
+		}
+		if *write {
+			return usageError{"--write-record needs every shard; merge the shards' reports with mutation gate --merge --write-record"}
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		value *string
+	}{{"record", recordFile}, {"baseline", baselineFile}, {"equivalents", eqFile}} {
+		if err := defaultInRepo(fs, f.name, f.value, "mutation full", "--"+f.name+" FILE"); err != nil {
+			return err
+		}
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	var pkgs []string
+	for _, p := range strings.Split(*packages, ",") {
+		p = strings.Trim(strings.TrimSpace(p), "./")
+		if st, err := os.Stat(filepath.Join(root, p)); p == "" || err != nil || !st.IsDir() {
+			return usageError{fmt.Sprintf("--packages: %q is not a package directory of the repository, such as lease", p)}
+		}
+		pkgs = append(pkgs, p)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	outDir, err := filepath.Abs(*out)
+	if err != nil {
+		return err
+	}
+	g, err := newGateRun(ctx, e, root)
+	if err != nil {
+		return err
+	}
+	defer g.close()
+	var prs []mutation.PackageReport
+	for _, p := range pkgs {
+		var sel mutation.Selection
+		if k >= 0 {
+			if sel, err = mutation.ShardSelection(filepath.Join(root, p), k-1, n); err != nil {
+				return err
+			}
+		}
+		file := filepath.Join(outDir, strings.ReplaceAll(p, "/", "-")+".json")
+		fmt.Fprintf(e.stderr, "mutation: gremlins on ./%s\n", p)
+		start := time.Now()
+		r, err := mutation.Unleash(ctx, mutation.UnleashOptions{Gremlins: g.gremlins, Root: root, Package: p,
+			Config: filepath.Join(root, ".gremlins.yaml"), Selection: sel, Output: file, Env: g.env, TempDir: g.tmp})
+		if errors.Is(err, mutation.ErrNothingSelected) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "mutation: ./%s done in %s; report %s\n", p, time.Since(start).Round(time.Second), file)
+		prs = append(prs, mutation.PackageReport{Name: p, Report: r})
+	}
+	if k >= 0 {
+		fmt.Fprintf(e.stdout, "shard %d/%d: reports in %s; join every shard's with doublerun mutation gate --merge\n", k, n, outDir)
+		return nil
+	}
+	opts := mutation.GateOptions{Strict: true}
+	if opts.Baseline, err = mutation.ReadBaseline(*baselineFile); err != nil {
+		return err
+	}
+	if opts.Equivalents, err = mutation.ReadEquivalents(*eqFile); err != nil {
+		return err
+	}
+	req := gateRequest{opts: opts, root: root, shards: *shards}
+	if *write {
+		req.recordFile = *recordFile
+	}
+	return gateReports(ctx, e, prs, req)
+}
+
+// parseShard reads K/N with 1 <= K <= N.
+func parseShard(s string) (k, n int, err error) {
+	a, b, ok := strings.Cut(s, "/")
+	k, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || k < 1 || k > n {
+		return 0, 0, fmt.Errorf("want K/N with 1 <= K <= N, such as 2/8, not %q", s)
+	}
+	return k, n, nil
+}

@@ -1,0 +1,113 @@
+package mutation
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Equivalent is a gremlins mutant that no test can or should kill, with
+// the reason: a mutant that behaves exactly as the code does (a boundary
+// the defaults never reach, a log-only condition), or one gremlins v0.6.0
+// cannot run (a switch case's condition, gremlins#298) whose guard is a
+// named guard instead. testdata/mutation/equivalents.json lists them.
+type Equivalent struct {
+	// File is relative to the module root ("lease/advisory.go"); Line and
+	// Mutator are as in gremlins' report.
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Mutator string `json:"mutator"`
+	// Code is the line's text without surrounding blanks. When the code
+	// moves, the entry no longer matches its line and the gate says where
+	// the text went.
+	Code string `json:"code"`
+	// Why says why the mutant is equivalent, or which guard covers it.
+	Why string `json:"why"`
+}
+
+// Equivalents are the listed equivalent mutants.
+type Equivalents []Equivalent
+
+// ReadEquivalents reads an equivalents file ({"equivalents": [...]}); a
+// missing file is an empty list. Every field is required.
+func ReadEquivalents(file string) (Equivalents, error) {
+	data, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Equivalents Equivalents `json:"equivalents"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	seen := map[string]bool{}
+	for i, e := range doc.Equivalents {
+		if e.File == "" || e.Line < 1 || !slices.Contains(mutators, e.Mutator) || e.Code == "" || e.Why == "" {
+			return nil, fmt.Errorf("%s: entry %d needs file, line, a gremlins mutator, code and why", file, i+1)
+		}
+		k := e.key()
+		if seen[k] {
+			return nil, fmt.Errorf("%s: %s is listed twice", file, k)
+		}
+		seen[k] = true
+	}
+	return doc.Equivalents, nil
+}
+
+func (e Equivalent) key() string { return fmt.Sprintf("%s:%d:%s", e.File, e.Line, e.Mutator) }
+
+// Has reports whether the mutant of the given type at file:line (file
+// relative to the module root) is listed.
+func (eq Equivalents) Has(file string, line int, mutator string) bool {
+	for _, e := range eq {
+		if e.File == file && e.Line == line && e.Mutator == mutator {
+			return true
+		}
+	}
+	return false
+}
+
+// Stale checks every entry against the source under root and returns one
+// line per entry whose line no longer reads its code, saying where that
+// text is now when it is on one line only. A stale entry excuses nothing
+// it was meant for, so the gate lists these with its failures.
+func (eq Equivalents) Stale(root string) []string {
+	var out []string
+	for _, e := range eq {
+		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(e.File)))
+		if err != nil {
+			out = append(out, fmt.Sprintf("equivalent %s: %v; remove or update the entry", e.key(), err))
+			continue
+		}
+		lines := strings.Split(string(data), "\n")
+		if e.Line <= len(lines) && strings.TrimSpace(lines[e.Line-1]) == e.Code {
+			continue
+		}
+		var at []int
+		for i, l := range lines {
+			if strings.TrimSpace(l) == e.Code {
+				at = append(at, i+1)
+			}
+		}
+		hint := "the code is gone; remove the entry"
+		switch {
+		case len(at) == 1:
+			hint = fmt.Sprintf("it is now on line %d; update the entry", at[0])
+		case len(at) > 1:
+			hint = fmt.Sprintf("it is on lines %v; update the entry", at)
+		}
+		out = append(out, fmt.Sprintf("equivalent %s: line %d no longer reads %q; %s", e.key(), e.Line, e.Code, hint))
+	}
+	return out
+}
