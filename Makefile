@@ -10,7 +10,10 @@ STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
 # waiting on servers and on scenarios that run for seconds, so on two cores
 # four packages at once keep the CPU busy; the tests bound no time they do
 # not take from a measured distribution, and wait on events otherwise.
-TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4
+# -vet=off: make lint runs go vet on every package, tests included, so
+# go test's own subset would only be run twice. -ldflags=-w: no DWARF in the
+# test binaries (a stack trace needs none), the bulk of their link time.
+TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4 -vet=off -ldflags=-w
 
 .PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-ci mutation-guards chaos failover repro-backend-loss repro-paused-holder
 
