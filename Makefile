@@ -3,8 +3,8 @@
 
 GO       ?= go
 PKGS     ?= ./...
-# Packages whose tests are about the stack itself; CI runs them once per
-# provider.
+# Packages whose tests are about the stack itself: make test-stack runs
+# only these, for a quick check of a provider (DOUBLERUN_PROVIDER=...).
 STACK_PKGS := ./scenarios/stack/... ./pgbouncer/... ./cmd/...
 # -p 4: four test binaries at once. Most of a package's time is spent
 # waiting on servers and on scenarios that run for seconds, so on two cores
