@@ -353,10 +353,11 @@ func TestAdvisoryTransactionPooling(t *testing.T) {
 	t.Run("TwoLeasesAreLeaderAtOnceWithPoolSizeOne", func(t *testing.T) {
 		t.Parallel()
 		db := stacktest.NewDB(t)
-		require.Equal(t, 1, db.Transaction.PoolSize)
+		ep := noPreparedStatements(t, db)
+		require.Equal(t, 1, ep.PoolSize)
 		ctx := testCtx(t)
-		a := newAdvisoryT(t, db.Transaction, "a", allowTransactionPooling)
-		b := newAdvisoryT(t, db.Transaction, "b", allowTransactionPooling)
+		a := newAdvisoryT(t, ep, "a", allowTransactionPooling)
+		b := newAdvisoryT(t, ep, "b", allowTransactionPooling)
 
 		ra, rb := mustTry(t, ctx, a), mustTry(t, ctx, b)
 		require.Equal(t, Leader, ra.Status)
@@ -394,6 +395,24 @@ func TestAdvisoryTransactionPooling(t *testing.T) {
 			require.False(t, caught, "trial %d: with one backend the PID guard never fires", i)
 		}
 	})
+}
+
+// noPreparedStatements is a transaction-pooled endpoint of pool size one
+// that keeps no prepared statement for its clients, as PgBouncer before
+// 1.24 does by default: there, pgx's statement cache fails with 42P05
+// unless the lease runs in QueryExecModeExec, which is what the exec-mode
+// guard needs a test to see. PgBouncer 1.24 serves the cache by default
+// (max_prepared_statements = 200), so wherever the setting exists (1.21
+// and later) the test builds a bouncer with max_prepared_statements = 0;
+// before 1.21 the stack's own transaction endpoint already is one.
+func noPreparedStatements(t *testing.T, db stacktest.DB) stack.Endpoint {
+	t.Helper()
+	if !pgbouncer.SupportsPreparedStatements(db.Transaction.Version) {
+		return db.Transaction
+	}
+	ep := db.AddBouncer(t, pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: 1, MaxPreparedStatements: -1})
+	require.Zero(t, ep.MaxPreparedStatements, "the bouncer read back keeps prepared statements")
+	return ep
 }
 
 // BenchmarkPIDGuardAtPoolSizes measures issue #556 at transaction pool
