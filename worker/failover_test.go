@@ -339,6 +339,7 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 		tm := midBatch()
 		c := children[tm.Holder]
 		require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
+		mark := len(c.stderr.String())
 		batch := inFlight(tm)
 		tookOver := len(batch) > 0 && eventually(5*time.Second, func() bool {
 			var token int64
@@ -347,18 +348,26 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 			return token > tm.Token
 		})
 		require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
-		if tookOver {
+		if !tookOver {
+			// It froze between batches: try again.
+			continue
+		}
+		// Thawed, it records the batch's outcomes under its old term.
+		// Frozen with its handlers running, the fence rejects them. Frozen
+		// inside the completion's own transaction, after the fence's lock
+		// was taken, the server ended that transaction after completeStall
+		// (which let the newer grant through), and its COMMIT fails
+		// instead: that is no test of the fence, so try again.
+		rejected := false
+		waitFor(t, "the thawed leader's outcomes rejected as stale, or its ended transaction failing", phase(), all, func() bool {
+			logged := c.stderr.String()[mark:]
+			rejected = strings.Contains(logged, "outcomes rejected")
+			return rejected || strings.Contains(logged, "record outcomes of")
+		})
+		if rejected {
 			frozenTerm, frozenBatch = tm, batch
 		}
-		// Otherwise it froze between batches, or inside a fenced
-		// completion, whose lock holds off a new grant until the
-		// transaction ends (the fence doing its job; the server ends it
-		// after completeStall): try again.
 	}
-	frozen := children[frozenTerm.Holder]
-	waitFor(t, "the thawed leader's outcomes rejected as stale", phase(), all, func() bool {
-		return strings.Contains(frozen.stderr.String(), "outcomes rejected")
-	})
 
 	// Fault 2, SIGKILL: kill the leader mid-batch, so that its claimed jobs
 	// can only be finished through the visibility timeout.
