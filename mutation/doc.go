@@ -62,8 +62,8 @@
 // gremlins runs the package's whole test suite once per mutant, so every
 // mutant of lease, worker and scenarios/oracle takes longer than one CI
 // run may. The gate of every submission ([RunCI], `doublerun mutation ci`,
-// make mutation-ci) runs three slices of them instead, and the named
-// guards:
+// make mutation-ci) runs three slices of them instead, and a slice of the
+// named guards:
 //
 //	changed lines   every mutant on a line changed since the base
 //	                testdata/mutation/record.json names: each must be
@@ -75,6 +75,12 @@
 //	                no source line, is caught when its shard comes round;
 //	                the shard's figures must reach its record
 //	whole packages  every mutant of scenarios/oracle, pure logic and cheap
+//	named guards    every guard whose mutated file, package directory
+//	                (tests and testdata included) or manifest changed
+//	                since the base, and the guards of the same shard
+//	                number ([PickGuards]): a change to a guard or to the
+//	                test that claims it runs that guard at once, and N
+//	                submissions in a row run them all
 //
 // A line's shard is a hash of its file, its text and how many lines of the
 // same text precede it ([ShardOf]), so a line keeps its shard while code

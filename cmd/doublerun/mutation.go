@@ -18,7 +18,7 @@ import (
 )
 
 const mutationUsage = `Usage:
-  doublerun mutation ci     [--shard K] [--budget D] [--write-record] [--guards=false]
+  doublerun mutation ci     [--shard K] [--budget D] [--write-record] [--guards=false] [--all-guards]
                             [--record FILE] [--baseline FILE] [--equivalents FILE]
                             [--manifest GLOB] [--out DIR]
   doublerun mutation full   [--packages LIST] [--shard K/N] [--shards N]
@@ -34,8 +34,10 @@ ci      the gate of every submission (make mutation-ci): gremlins on every
         mutant of the lines changed since the base that
         testdata/mutation/record.json names, on one shard of lease's and
         worker's lines in turn (1 + commits modulo shards) and on every
-        mutant of scenarios/oracle, then the named guards, all on one
-        shared stack. A mutant of a changed line must be KILLED; a LIVED
+        mutant of scenarios/oracle, then the named guards whose file,
+        package or manifest changed since the base and those of the
+        shard (--all-guards for every one), all on one shared stack. A
+        mutant of a changed line must be KILLED; a LIVED
         mutant fails unless testdata/mutation/equivalents.json lists it;
         a shard's figures must reach its record. A change whose mutants
         would take longer than --budget fails at once: run make mutation

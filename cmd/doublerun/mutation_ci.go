@@ -38,7 +38,8 @@ const gateTags = "doublerun_nodocker"
 // mutationCI is `doublerun mutation ci`, the gate every submission
 // passes: gremlins on the lines changed since the record's base, on one
 // shard of the gated packages in turn and on every mutant of the whole
-// packages, then the named guards.
+// packages, then the named guards that change touched and those of the
+// shard (mutation.PickGuards).
 func mutationCI(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("mutation ci", mutationUsage, e)
 	recordFile := fs.String("record", "testdata/mutation/record.json", "the last passing gate run's record, relative to the repository root unless given")
@@ -48,7 +49,8 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	budget := fs.Duration("budget", 12*time.Minute, "bound on the estimated wall time of the gremlins runs; a change that would take longer fails at once")
 	shardFlag := fs.Int("shard", 0, "the shard to run, from 1 to the record's shard count; default: 1 + the number of commits in HEAD's history modulo that count")
 	out := fs.String("out", "out/mutation-ci", "directory for gremlins' reports")
-	guards := fs.Bool("guards", true, "run the named guards too")
+	guards := fs.Bool("guards", true, "run the named guards too: those of the shard and those whose file, package or manifest changed since the base")
+	allGuards := fs.Bool("all-guards", false, "run every named guard, not only the shard's and the changed ones")
 	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record: this commit as the base, the shard's figures raised")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -94,11 +96,22 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	if shard < 0 || shard >= rec.Shards {
 		return usageError{fmt.Sprintf("--shard must be from 1 to %d (the record has %d shards), not %d", rec.Shards, rec.Shards, *shardFlag)}
 	}
-	var gs []mutation.Guard
+	var pick mutation.GuardPick
 	if *guards {
-		if gs, err = mutation.LoadManifests(*manifest); err != nil {
+		gs, err := mutation.LoadManifests(*manifest)
+		if err != nil {
 			return err
 		}
+		pick = mutation.GuardPick{Guards: gs, Changed: len(gs)}
+		if !*allGuards {
+			changed, err := mutation.ChangedFiles(ctx, root, rec.Base)
+			if err != nil {
+				return err
+			}
+			pick = mutation.PickGuards(gs, root, changed, shard, rec.Shards)
+		}
+		fmt.Fprintf(e.stderr, "mutation: %d of %d named guards: %d touched by the change since the base, %d of shard %d\n",
+			len(pick.Guards), len(gs), pick.Changed, pick.Shard, shard+1)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
@@ -129,7 +142,7 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	var guardFailed []string
 	if *guards {
 		gbegin := time.Now()
-		results, err := runGuardsQuietly(ctx, e, gs, g)
+		results, err := runGuardsQuietly(ctx, e, pick.Guards, g)
 		if err != nil {
 			return err
 		}
