@@ -95,7 +95,12 @@ func Unleash(ctx context.Context, o UnleashOptions) (Report, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGINT}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 30 * time.Second
-	err = cmd.Run()
+	if err = cmd.Start(); err == nil {
+		reapCtx, stopReaping := context.WithCancel(ctx)
+		go reapOrphans(reapCtx, cmd.Process.Pid, time.Second)
+		err = cmd.Wait()
+		stopReaping()
+	}
 	if o.Log != nil {
 		o.Log.Write(out.Bytes())
 	}
