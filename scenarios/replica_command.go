@@ -39,8 +39,9 @@ var errSilent = errors.New("no leader work reported")
 // signalled with it take a moment to exit.
 const groupGrace = time.Second
 
-// checkCommand finds the program of c before anything starts.
-func checkCommand(c *ReplicaCommand) error {
+// CheckCommand finds the program of c, so that a command that is not
+// there is one line before anything starts.
+func CheckCommand(c *ReplicaCommand) error {
 	if _, err := exec.LookPath(c.Command[0]); err != nil {
 		var why string
 		switch {

@@ -60,7 +60,7 @@ func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 		return nil, errors.New("scenarios: RunOptions.Stack is required")
 	}
 	if sc.Replica != nil {
-		if err := checkCommand(sc.Replica); err != nil {
+		if err := CheckCommand(sc.Replica); err != nil {
 			return nil, err
 		}
 	}

@@ -103,6 +103,9 @@ func chaosCommand() command {
 				if command, err = scenarios.ParseReplicaCommand(data); err != nil {
 					return usageError{fmt.Sprintf("--replica %s: %v", *replicaFile, err)}
 				}
+				if err := scenarios.CheckCommand(command); err != nil {
+					return envError{err.Error()}
+				}
 			}
 			n, err := replicasOf(fs, *replicas)
 			if err != nil {
