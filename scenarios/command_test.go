@@ -2,6 +2,7 @@ package scenarios_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"sync"
 	"testing"
@@ -124,6 +125,9 @@ func TestCommandReplicaBadInput(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, rep.Verdict.Pass)
 		require.Contains(t, rep.Verdict.Reason, "no leader work was reported: in 2s no replica command called doublerun.work_begin")
+		again, err := report.Recompute(mustJSON(t, rep))
+		require.NoError(t, err)
+		require.Empty(t, again.Diffs, "doublerun check agrees with the verdict and its reason")
 	})
 	t.Run("PrintsLinesThatMatchNoPattern", func(t *testing.T) {
 		t.Parallel()
@@ -181,4 +185,11 @@ func TestBuiltInLeaseThroughTheCommand(t *testing.T) {
 	pid, who := rep.SharedBackend()
 	require.NotZero(t, pid, "both on one backend, as reported through doublerun.work_begin")
 	require.Equal(t, []string{"r1", "r2"}, who)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	return data
 }

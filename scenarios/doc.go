@@ -216,7 +216,8 @@
 //	                    note (what the times are), lines and matched (log
 //	                    mode), receipt_lag_median_ms and receipt_lag_max_ms
 //	                    (log mode), left_behind[] (replicas whose group
-//	                    outlived them, which fails the verdict)
+//	                    outlived them, which fails the verdict), silent
+//	                    (why no work was reported, the verdict's reason)
 //	history             the raw oracle.History: start, end, intervals[]
 //	                    {replica, token, start, end, open, backend_pid},
 //	                    grants[] {replica, token, at}, writes[] {replica,

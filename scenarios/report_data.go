@@ -60,6 +60,9 @@ type ProtocolInfo struct {
 	// LeftBehind names the replicas whose process group still ran after
 	// the command exited; the runner killed what was left.
 	LeftBehind []string `json:"left_behind,omitempty"`
+	// Silent, when no leader work was reported, says why in the words of
+	// the mode, and is the failed verdict's reason.
+	Silent string `json:"silent,omitempty"`
 }
 
 // The notes of ProtocolInfo, by mode.
@@ -153,10 +156,10 @@ func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
 		},
 	}
 	rep.Protocol = r.protocolInfo()
-	rep.Verdict = rep.Protocol.Amend(rep.Verdict)
 	if rep.Protocol != nil && len(h.Intervals) == 0 {
-		rep.Verdict.Reason = r.silentReason()
+		rep.Protocol.Silent = r.silentReason()
 	}
+	rep.Verdict = rep.Protocol.Amend(rep.Verdict)
 	r.mu.Lock()
 	for _, rp := range r.replicas {
 		info := ReplicaInfo{ID: rp.id, PID: rp.cmd.Process.Pid, Exit: "running"}
@@ -222,11 +225,18 @@ func (r *Report) SharedBackend() (pid int32, replicas []string) {
 	return 0, nil
 }
 
-// Amend is v with what replica commands add to a verdict: one whose
-// process group outlived it fails, since what it left ran unmeasured.
+// Amend is v with what replica commands add to a verdict: a run without
+// work says why in the words of its mode (Silent), and one whose process
+// group outlived it fails, since what it left ran unmeasured.
 // A nil p, built-in replicas, changes nothing.
 func (p *ProtocolInfo) Amend(v Verdict) Verdict {
-	if p == nil || len(p.LeftBehind) == 0 {
+	if p == nil {
+		return v
+	}
+	if p.Silent != "" && !v.Pass {
+		v.Reason = p.Silent
+	}
+	if len(p.LeftBehind) == 0 {
 		return v
 	}
 	// Caught by TestCommandReplicaLeavesNothingRunning.
