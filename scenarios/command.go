@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/doublerun/doublerun/scenarios/fault"
 )
 
 // ReplicaCommand is a replica that is a program of the user's own, in any
@@ -88,7 +90,7 @@ var ProtocolEnv = []string{EnvReplicaID, EnvLeaseName, EnvLeaseDSN, EnvWorkDSN, 
 
 // appName is the application_name a replica's lease and work connections
 // carry, by which pg_stat_activity shows its backends.
-func appName(replica string) string { return "doublerun-" + replica }
+func appName(replica string) string { return fault.AppName(replica) }
 
 // env is the protocol's variables for spec's replica.
 func (spec replicaSpec) env() []string {

@@ -60,8 +60,7 @@
 //	"replica": {"command": ["/usr/bin/python3", "lease.py"], "env": {"X": "y"}}
 //
 // Strategy still says what the program's lease is like: its traits decide
-// which faults apply (TERMINATE_LEADER_BACKEND needs a reported backend or
-// an advisory lock), its Setup runs, and in `doublerun chaos --replica
+// which faults apply, its Setup runs, and in `doublerun chaos --replica
 // FILE` its column of the table is what each cell expects. The runner
 // starts the program once per replica, in a process group of its own,
 // with the runner's environment, the scenario's env, and the protocol's
@@ -83,7 +82,10 @@
 //
 // Its connections go through the same toxiproxy proxies and PgBouncers as
 // a built-in replica's, so PARTITION, DELAY and the PgBouncer and Postgres
-// faults act on them; KILL_LEADER, FREEZE_LEADER and GRACEFUL_HANDOVER
+// faults act on them; TERMINATE_LEADER_BACKEND ends the backend the
+// program reported (work_begin's backend_pid), else the one holding the
+// strategy's advisory lock, else its oldest backend by application_name;
+// KILL_LEADER, FREEZE_LEADER and GRACEFUL_HANDOVER
 // signal its whole process group. The runner logs its start and its exit
 // (which ends any piece of work it left open), kills its group on every
 // way out, and fails a run in which the group outlived the program (its

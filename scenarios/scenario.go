@@ -316,6 +316,7 @@ func (s Scenario) FaultSetting() fault.Setting {
 		ReportsBackendPID: strategy.ReportsBackendPID,
 		AdvisoryLock:      strategy.AdvisoryLock,
 		Pooled:            s.Topology.Kind.Pooled(),
+		AppNames:          s.Replica != nil,
 		TTL:               s.TTL,
 		Work:              s.Work,
 	}
