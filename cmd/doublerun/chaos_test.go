@@ -163,3 +163,26 @@ func TestChaosReplicaFileBadInput(t *testing.T) {
 		})
 	}
 }
+
+// doublerun replica is started by the runner with the protocol's
+// variables; by hand, without them, it says so in one line.
+func TestReplicaCommandNeedsTheProtocol(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"NoStrategy", []string{"replica"}, "doublerun replica: --strategy is required; one of advisory, advisory-unguarded, advisory-wait, fenced, fenced-wait"},
+		{"NoVariables", []string{"replica", "--strategy", "advisory"}, "doublerun replica: DOUBLERUN_REPLICA_ID is not set: this command is a replica that doublerun run and doublerun chaos start, with the DOUBLERUN_* variables set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := cli(t, nil, tc.args...)
+			require.Equal(t, 2, code, "stderr: %s", stderr)
+			require.Empty(t, stdout)
+			first, _, _ := strings.Cut(stderr, "\n")
+			require.Equal(t, tc.want, first)
+		})
+	}
+}
