@@ -62,8 +62,8 @@ the table in package chaos says at its size.
 any language: FILE holds a replica object as a scenario file's "replica"
 field does ({"command": [...], "env": {...}, "log": {...}}), or a whole
 scenario file with one. The cell's strategy says what the command's lease
-is like (which faults apply, what the cell expects); narrow the matrix to
-it with --strategy.
+is like (which faults apply, what the cell expects): give it with
+--strategy, which --replica needs.
 
 --replicas runs every cell with N replicas instead of 2. The expectations
 were measured with 2. A double-run needs two replicas, so --replicas 1 is
@@ -95,6 +95,9 @@ func chaosCommand() command {
 				return err
 			}
 			var command *scenarios.ReplicaCommand
+			if *replicaFile != "" && *strategy == "" {
+				return usageError{"--replica needs --strategy: the strategy whose column of the table the command is judged by, such as advisory for a session advisory lock"}
+			}
 			if *replicaFile != "" {
 				data, err := os.ReadFile(*replicaFile)
 				if err != nil {

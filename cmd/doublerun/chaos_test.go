@@ -149,10 +149,11 @@ func TestChaosReplicaFileBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"NoFile", []string{"--replica", filepath.Join(dir, "nope.json")}, "doublerun chaos: --replica: open " + filepath.Join(dir, "nope.json") + ": no such file or directory; give a JSON file holding {\"command\": [...]}"},
-		{"MisspeltField", []string{"--replica", misspelt}, "doublerun chaos: --replica " + misspelt + `: field "replica": unknown field "comand"; valid: command, env, log (with became_leader, lost_leadership, work_started, work_ended)`},
-		{"BadRegularExpression", []string{"--replica", badRE}, "doublerun chaos: --replica " + badRE + `: field "replica.log.became_leader": "(" is not a regular expression (missing closing ): ` + "`(`" + `); write Go's RE2 syntax, with backslashes doubled in JSON`},
-		{"CommandNotFound", []string{"--replica", missing}, `doublerun chaos: replica command "no-such-program-doublerun": not found; install it, or give its full path as the first word of "replica.command"`},
+		{"NoStrategy", []string{"--replica", missing}, "doublerun chaos: --replica needs --strategy: the strategy whose column of the table the command is judged by, such as advisory for a session advisory lock"},
+		{"NoFile", []string{"--strategy", "advisory", "--replica", filepath.Join(dir, "nope.json")}, "doublerun chaos: --replica: open " + filepath.Join(dir, "nope.json") + ": no such file or directory; give a JSON file holding {\"command\": [...]}"},
+		{"MisspeltField", []string{"--strategy", "advisory", "--replica", misspelt}, "doublerun chaos: --replica " + misspelt + `: field "replica": unknown field "comand"; valid: command, env, log (with became_leader, lost_leadership, work_started, work_ended)`},
+		{"BadRegularExpression", []string{"--strategy", "advisory", "--replica", badRE}, "doublerun chaos: --replica " + badRE + `: field "replica.log.became_leader": "(" is not a regular expression (missing closing ): ` + "`(`" + `); write Go's RE2 syntax, with backslashes doubled in JSON`},
+		{"CommandNotFound", []string{"--strategy", "advisory", "--replica", missing}, `doublerun chaos: replica command "no-such-program-doublerun": not found; install it, or give its full path as the first word of "replica.command"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr, code := runChaos(t, nil, tc.args...)
