@@ -118,7 +118,12 @@
 //	                                                    what the orphaned-lock window needs
 //	doublerun.event(replica, kind, detail)              any other event
 //
-// The calls go on DOUBLERUN_ORACLE_DSN except side_effect. `doublerun
+// The calls go on DOUBLERUN_ORACLE_DSN except side_effect. Pass fenced
+// true only when the lease's tokens live in the strategy's token table
+// (Strategy.TokenTable: doublerun_leases for fenced, whose rows the runner
+// records): the linearizability check judges fenced writes against the
+// grants it recorded there, and a fenced write under a token it never saw
+// granted has no legal order. `doublerun
 // replica --strategy NAME` is a built-in lease speaking this protocol
 // ([RunCommandReplica]); testdata/replicas/seed_lease.py is the seed's
 // C# lease ported to Python.
