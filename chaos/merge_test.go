@@ -23,7 +23,7 @@ func fakeRun(t *testing.T, set string, seed uint64) []report.Result {
 	t.Helper()
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	var out []report.Result
-	scs, err := table.place(Matrix(), set, 0)
+	scs, err := table.place(Matrix(), set, 0, nil)
 	require.NoError(t, err)
 	for i, sc := range scs {
 		c := report.Result{Scenario: sc.WithDefaults(), Wall: time.Duration(rnd.Int64N(int64(20 * time.Second))), Versions: set}

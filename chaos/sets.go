@@ -27,6 +27,10 @@ type RunConfig struct {
 	// Replicas, when not 0, is every cell's number of replicas instead of
 	// its own (2).
 	Replicas int
+	// Replica, when set, runs every cell's replicas as this command
+	// (scenarios.Scenario.Replica); the cell's strategy says what its
+	// lease is like.
+	Replica *scenarios.ReplicaCommand
 	// OutDir receives each cell's report, and per set cells.json and
 	// summary.md (under OutDir/<set> when Sets has several, and then the
 	// summary of all in OutDir/summary.md); empty for no files.
@@ -71,7 +75,7 @@ type SetStart struct {
 // returns what ran.
 func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, error) {
 	r := setsRun{cfg: cfg, cells: cells, ran: map[string]string{}, out: SetResults{Walls: map[string]time.Duration{}}}
-	if _, err := table.place(cells, "", cfg.Replicas); err != nil {
+	if _, err := table.place(cells, "", cfg.Replicas, cfg.Replica); err != nil {
 		return SetResults{}, err
 	}
 	sets := cfg.Sets
@@ -130,7 +134,7 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 		return nil
 	}
 	r.ran[have] = asked
-	scs, err := table.place(r.cells, have, cfg.Replicas)
+	scs, err := table.place(r.cells, have, cfg.Replicas, cfg.Replica)
 	if err != nil {
 		return err
 	}
@@ -172,7 +176,7 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 // place returns the scenario of each cell on the version set set,
 // expecting what t says there, with replicas replicas each when it is not
 // 0. The error is the first cell's that is not valid.
-func (t Table) place(cells []Cell, set string, replicas int) ([]scenarios.Scenario, error) {
+func (t Table) place(cells []Cell, set string, replicas int, command *scenarios.ReplicaCommand) ([]scenarios.Scenario, error) {
 	out := make([]scenarios.Scenario, len(cells))
 	for i, c := range cells {
 		c.Versions = set
@@ -180,8 +184,9 @@ func (t Table) place(cells []Cell, set string, replicas int) ([]scenarios.Scenar
 		if err != nil {
 			return nil, fmt.Errorf("cell %s: %w", c.Name(), err)
 		}
-		if replicas != 0 {
-			sc.Replicas = replicas
+		sc.Replica = command
+		if replicas != 0 || command != nil {
+			sc.Replicas = cmp.Or(replicas, sc.Replicas)
 			if err := sc.Validate(); err != nil {
 				return nil, fmt.Errorf("cell %s: %w", c.Name(), err)
 			}

@@ -37,7 +37,7 @@ func TestParseShard(t *testing.T) {
 
 func TestShardsCoverTheMatrixOnceAndEvenly(t *testing.T) {
 	t.Parallel()
-	cells, err := table.place(Matrix(), "", 0)
+	cells, err := table.place(Matrix(), "", 0, nil)
 	require.NoError(t, err)
 	for _, n := range []int{1, 2, 3, 4, 7} {
 		seen := make([]int, len(cells))

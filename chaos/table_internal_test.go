@@ -153,7 +153,7 @@ func TestVersionOverrideReachesEveryPoolSize(t *testing.T) {
 
 	cells := AtPoolSizes(Matrix(scenarios.Transaction), []int{1, 2, 4})
 	for _, set := range []string{set, ""} {
-		scs, err := tbl.place(cells, set, 0)
+		scs, err := tbl.place(cells, set, 0, nil)
 		require.NoError(t, err)
 		got := map[string]scenarios.Expectation{}
 		for _, sc := range scs {

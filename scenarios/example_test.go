@@ -38,6 +38,15 @@ func TestMain(m *testing.M) {
 		},
 	})
 	scenarios.MaybeRunReplica()
+	// The built-in lease through the command path, as `doublerun replica`
+	// runs it: this test binary started as a scenario's replica command.
+	if strategy := os.Getenv(envTestCommandStrategy); strategy != "" {
+		if err := scenarios.RunCommandReplica(context.Background(), strategy, os.Getenv); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	stacktest.Main(m)
 	os.Exit(0)
 }

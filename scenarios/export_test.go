@@ -1,5 +1,7 @@
 package scenarios
 
+import "time"
+
 // WithReplicaHook returns opts that call f with each replica's PID as it
 // starts, so tests can check that none outlives its run.
 func WithReplicaHook(opts RunOptions, f func(pid int)) RunOptions {
@@ -9,3 +11,13 @@ func WithReplicaHook(opts RunOptions, f func(pid int)) RunOptions {
 
 // LookupStrategy exposes lookupStrategy to the tests.
 func LookupStrategy(name string) (Strategy, bool) { return lookupStrategy(name) }
+
+// WithLeaderWait returns opts whose run waits d for the first piece of
+// leader work, so a test of a silent replica need not wait 30s.
+func WithLeaderWait(opts RunOptions, d time.Duration) RunOptions {
+	opts.leaderWait = d
+	return opts
+}
+
+// GroupAlive exposes groupAlive to the tests.
+func GroupAlive(pgid int) bool { return groupAlive(pgid) }

@@ -84,6 +84,13 @@ func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
+	return leadAndWork(ctx, spec, rec, log)
+}
+
+// leadAndWork runs a worker gated by the strategy's lease, reporting to
+// rec: the oracle's Recorder for a built-in replica, the SQL functions for
+// `doublerun replica`.
+func leadAndWork(ctx context.Context, spec replicaSpec, rec workRecorder, log *slog.Logger) error {
 	defer rec.Close()
 	strategy, ok := lookupStrategy(spec.Strategy)
 	if !ok {
@@ -145,11 +152,11 @@ func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error 
 type claimer struct {
 	pid  func() int32
 	lock lease.AdvisoryLock
-	rec  *oracle.Recorder
+	rec  workRecorder
 	last int32
 }
 
-func newClaimer(l lease.Lease, s Strategy, rec *oracle.Recorder) *claimer {
+func newClaimer(l lease.Lease, s Strategy, rec workRecorder) *claimer {
 	c := &claimer{rec: rec}
 	if p, ok := l.(interface{ BackendPID() int32 }); ok {
 		c.pid = p.BackendPID
@@ -200,7 +207,7 @@ func (c *claimer) check(ctx context.Context) {
 // says otherwise), log its end. The write comes after the work, as in a
 // real job, so a leader paused mid-work writes late: the case a fence is
 // for.
-func leaderWork(spec replicaSpec, l lease.Lease, rec *oracle.Recorder, pool *pgxpool.Pool, log *slog.Logger) worker.Sweep {
+func leaderWork(spec replicaSpec, l lease.Lease, rec workRecorder, pool *pgxpool.Pool, log *slog.Logger) worker.Sweep {
 	return worker.SweepFunc("doublerun-leader-work", func(ctx context.Context, term lease.Term) error {
 		if err := rec.Grant(ctx, term.Token); err != nil {
 			return err
@@ -239,7 +246,7 @@ func fences(l lease.Lease) bool {
 // carries the term for worker.Fence; the statements run on ctx, which
 // outlives the leader cycle. A refusal is logged with the transaction's
 // times, read in it.
-func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, fencer bool, pool *pgxpool.Pool, rec *oracle.Recorder, term lease.Term) error {
+func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, fencer bool, pool *pgxpool.Pool, rec workRecorder, term lease.Term) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -265,7 +272,7 @@ func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, fencer bool, p
 // endWork logs the end of a piece of work, retrying for a while: a piece
 // whose end is lost would count as work until the run ends, and the oracle
 // can be briefly unreachable (a Postgres restart).
-func endWork(ctx context.Context, rec *oracle.Recorder, id int64) error {
+func endWork(ctx context.Context, rec workRecorder, id int64) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	for {

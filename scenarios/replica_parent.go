@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -30,6 +31,14 @@ type replica struct {
 	log  string
 	done chan struct{}
 	err  error
+
+	// command is set for a replica that is the user's command
+	// (Scenario.Replica); leftBehind, once done, says its process group
+	// outlived it and was killed. lines counts what log mode read from
+	// it, matched the lines that matched a pattern.
+	command    bool
+	leftBehind bool
+	lines      *logMatcher
 }
 
 // isTestBinary reports whether this process is a go test binary, whose
@@ -70,7 +79,11 @@ func (r *run) startReplicas(ctx context.Context) error {
 			TTL:          r.sc.TTL,
 			Unfenced:     r.sc.Unfenced,
 		}
-		if err := r.startReplica(ctx, spec); err != nil {
+		start := r.startReplica
+		if r.sc.Replica != nil {
+			start = r.startCommand
+		}
+		if err := start(ctx, spec); err != nil {
 			return err
 		}
 	}
@@ -135,7 +148,7 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 // waitForLeader waits for the first piece of leader work and starts the
 // measurement there, so start-up time is not counted as leaderless.
 func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(cmp.Or(r.opts.leaderWait, leaderWait))
 	for {
 		led, err := oracle.AnyWork(ctx, r.conn)
 		if err != nil {
@@ -149,17 +162,23 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 			select {
 			case <-rp.done:
 				r.mu.Unlock()
+				if rp.command {
+					return time.Time{}, r.exitedAtOnce(rp)
+				}
 				return time.Time{}, fmt.Errorf("replica %s exited before any leader work (%v); its log: %s%s", rp.id, rp.err, rp.log, tailFile(rp.log))
 			default:
 			}
 		}
 		r.mu.Unlock()
+		if time.Now().After(deadline) && r.sc.Replica != nil {
+			return time.Time{}, errSilent
+		}
 		if time.Now().After(deadline) {
 			hint := ""
 			if isTestBinary() {
 				hint = "; a test binary must call scenarios.MaybeRunReplica() first in TestMain"
 			}
-			return time.Time{}, fmt.Errorf("no replica became leader within 30s%s; replica logs in %s", hint, filepath.Join(r.dir, "replicas"))
+			return time.Time{}, fmt.Errorf("no replica became leader within %s%s; replica logs in %s", cmp.Or(r.opts.leaderWait, leaderWait), hint, filepath.Join(r.dir, "replicas"))
 		}
 		if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return time.Time{}, err
@@ -173,8 +192,9 @@ func (r *run) stopReplicas(ctx context.Context) {
 	reps := append([]*replica(nil), r.replicas...)
 	r.mu.Unlock()
 	for _, rp := range reps {
-		_ = rp.cmd.Process.Signal(syscall.SIGCONT) // a frozen replica cannot stop
-		_ = rp.cmd.Process.Signal(syscall.SIGTERM)
+		// The whole group: a command's children stop with it.
+		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGCONT) // a frozen replica cannot stop
+		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGTERM)
 	}
 	timeout := time.After(15 * time.Second)
 	for _, rp := range reps {
@@ -182,7 +202,7 @@ func (r *run) stopReplicas(ctx context.Context) {
 		case <-rp.done:
 		case <-timeout:
 			_, _ = oracle.LogEvent(context.WithoutCancel(ctx), r.conn, oracle.EventReplicaKilled, rp.id, "did not stop within 15s")
-			_ = rp.cmd.Process.Kill()
+			_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
 			<-rp.done
 		}
 	}
@@ -194,12 +214,10 @@ func (r *run) killReplicas() {
 	reps := append([]*replica(nil), r.replicas...)
 	r.mu.Unlock()
 	for _, rp := range reps {
-		select {
-		case <-rp.done:
-		default:
-			_ = rp.cmd.Process.Kill()
-			<-rp.done
-		}
+		// The group even when its leader is gone: what a command left
+		// behind, or its children when the run is cut short.
+		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
+		<-rp.done
 	}
 }
 

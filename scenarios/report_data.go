@@ -35,8 +35,41 @@ type Report struct {
 	Replicas     []ReplicaInfo   `json:"replicas"`
 	Metrics      oracle.Metrics  `json:"metrics"`
 	Verdict      Verdict         `json:"verdict"`
-	History      oracle.History  `json:"history"`
+	// Protocol says how replica commands reported their work; nil for a
+	// built-in strategy's replicas.
+	Protocol *ProtocolInfo  `json:"protocol,omitempty"`
+	History  oracle.History `json:"history"`
 }
+
+// ProtocolInfo is how a run's replica commands (Scenario.Replica)
+// reported, and what the runner saw of them.
+type ProtocolInfo struct {
+	// Mode is ModeSQL or ModeLog.
+	Mode string `json:"mode"`
+	// Note says what the timestamps are in this mode.
+	Note string `json:"note"`
+	// Lines and Matched count, in log mode, the lines the replicas
+	// printed and those that matched a pattern.
+	Lines   int `json:"lines,omitempty"`
+	Matched int `json:"matched,omitempty"`
+	// ReceiptLagMedian and ReceiptLagMax are, in log mode, how long the
+	// runner took from reading a matching line to having its record
+	// written on the oracle's clock.
+	ReceiptLagMedian oracle.Duration `json:"receipt_lag_median_ms,omitempty"`
+	ReceiptLagMax    oracle.Duration `json:"receipt_lag_max_ms,omitempty"`
+	// LeftBehind names the replicas whose process group still ran after
+	// the command exited; the runner killed what was left.
+	LeftBehind []string `json:"left_behind,omitempty"`
+	// Silent, when no leader work was reported, says why in the words of
+	// the mode, and is the failed verdict's reason.
+	Silent string `json:"silent,omitempty"`
+}
+
+// The notes of ProtocolInfo, by mode.
+const (
+	noteSQL = "each record's time is clock_timestamp() of the replica's own call of a doublerun.* function, on the one clock, as for a built-in replica"
+	noteLog = "each record's time is the runner's receipt of the line that matched, written at once on the one clock: later than the program's own moment by its output's buffering and the receipt lag below"
+)
 
 // Analysis is the oracle options the report's figures were computed with.
 func (r *Report) Analysis() oracle.Options {
@@ -122,6 +155,11 @@ func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
 			Versions:      StackVersions(r.opts.Stack),
 		},
 	}
+	rep.Protocol = r.protocolInfo()
+	if rep.Protocol != nil && len(h.Intervals) == 0 {
+		rep.Protocol.Silent = r.silentReason()
+	}
+	rep.Verdict = rep.Protocol.Amend(rep.Verdict)
 	r.mu.Lock()
 	for _, rp := range r.replicas {
 		info := ReplicaInfo{ID: rp.id, PID: rp.cmd.Process.Pid, Exit: "running"}
@@ -185,4 +223,60 @@ func (r *Report) SharedBackend() (pid int32, replicas []string) {
 		}
 	}
 	return 0, nil
+}
+
+// Amend is v with what replica commands add to a verdict: a run without
+// work says why in the words of its mode (Silent), and one whose process
+// group outlived it fails, since what it left ran unmeasured.
+// A nil p, built-in replicas, changes nothing.
+func (p *ProtocolInfo) Amend(v Verdict) Verdict {
+	if p == nil {
+		return v
+	}
+	if p.Silent != "" && !v.Pass {
+		v.Reason = p.Silent
+	}
+	if len(p.LeftBehind) == 0 {
+		return v
+	}
+	// Caught by TestCommandReplicaLeavesNothingRunning.
+	v.Pass = false
+	v.Reason = fmt.Sprintf("replica %s left processes of its group running after it exited, which the runner killed and never measured; make the command wait for its children, or exec the service so it is the one process (%s)",
+		strings.Join(p.LeftBehind, ", "), v.Reason)
+	return v
+}
+
+// protocolInfo is the report's ProtocolInfo, nil for built-in replicas.
+func (r *run) protocolInfo() *ProtocolInfo {
+	c := r.sc.Replica
+	if c == nil {
+		return nil
+	}
+	p := &ProtocolInfo{Mode: c.Mode(), Note: noteSQL}
+	if p.Mode == ModeLog {
+		p.Note = noteLog
+	}
+	var lags []time.Duration
+	r.mu.Lock()
+	for _, rp := range r.replicas {
+		select {
+		case <-rp.done:
+			if rp.leftBehind {
+				p.LeftBehind = append(p.LeftBehind, rp.id)
+			}
+		default:
+		}
+		if rp.lines != nil {
+			l, m := rp.lines.counts()
+			p.Lines, p.Matched = p.Lines+l, p.Matched+m
+			lags = append(lags, rp.lines.receiptLags()...)
+		}
+	}
+	r.mu.Unlock()
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		p.ReceiptLagMedian = oracle.Duration(lags[len(lags)/2])
+		p.ReceiptLagMax = oracle.Duration(lags[len(lags)-1])
+	}
+	return p
 }

@@ -60,6 +60,11 @@ type Scenario struct {
 	// the fence prevents.
 	Unfenced bool        `json:"unfenced,omitempty"`
 	Expect   Expectation `json:"expect"`
+	// Replica, when set, runs each replica as the user's command instead
+	// of Strategy's lease. Strategy still says what the command's lease is
+	// like: its traits decide which faults apply, its Setup runs, and the
+	// chaos table's column for it is what each cell expects.
+	Replica *ReplicaCommand `json:"replica,omitempty"`
 }
 
 // MaxReplicas is the most replicas one run may have. The stack's PgBouncer
@@ -268,6 +273,9 @@ func (s Scenario) Validate() error {
 		// topology: with either unknown, there is nothing to say.
 		bad("fault", s.Fault, fmt.Sprintf("does not apply to strategy %s on topology %s; pick another fault or topology", s.Strategy, s.Topology))
 	}
+	if s.Replica != nil {
+		s.Replica.validate(bad)
+	}
 	switch s.Expect {
 	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans:
 	case "":
@@ -308,6 +316,7 @@ func (s Scenario) FaultSetting() fault.Setting {
 		ReportsBackendPID: strategy.ReportsBackendPID,
 		AdvisoryLock:      strategy.AdvisoryLock,
 		Pooled:            s.Topology.Kind.Pooled(),
+		AppNames:          s.Replica != nil,
 		TTL:               s.TTL,
 		Work:              s.Work,
 	}

@@ -129,6 +129,13 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 			}
 		}
 	}
+	if v, ok := raw["replica"]; ok {
+		c, err := decodeReplica(v)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		sc.Replica = c
+	}
 	if len(errs) > 0 {
 		slices.Sort(errs)
 		return Scenario{}, errors.New(strings.Join(errs, "; "))
@@ -143,7 +150,7 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 }
 
 // scenarioFields are the JSON fields of a Scenario, in its order.
-var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "expect"}
+var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "expect", "replica"}
 
 // jsonProblem says in a user's words why data is not the JSON expected:
 // where it stops being JSON, or what kind of value it holds instead of an

@@ -16,7 +16,7 @@ import (
 )
 
 const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR] [--replicas N]
-                      [--versions SET,...|all] [--shard I/N] [--pool-sizes N,...]
+                      [--versions SET,...|all] [--shard I/N] [--pool-sizes N,...] [--replica FILE]
        doublerun chaos merge [--out DIR] DIR...
 
 Runs the chaos matrix: every strategy (advisory, advisory-unguarded,
@@ -58,6 +58,13 @@ strategy/topology-poolN/FAULT for sizes above 1; CHAOS_POOL_SIZES gives
 it when the flag does not; the default is 1. Each such cell expects what
 the table in package chaos says at its size.
 
+--replica FILE runs every cell's replicas as a command of your own, in
+any language: FILE holds a replica object as a scenario file's "replica"
+field does ({"command": [...], "env": {...}, "log": {...}}), or a whole
+scenario file with one. The cell's strategy says what the command's lease
+is like (which faults apply, what the cell expects): give it with
+--strategy, which --replica needs.
+
 --replicas runs every cell with N replicas instead of 2. The expectations
 were measured with 2. A double-run needs two replicas, so --replicas 1 is
 refused for a selection with a cell that expects one; narrow it (such as
@@ -83,8 +90,25 @@ func chaosCommand() command {
 			versions := fs.String("versions", "", chaosVersionsHelp)
 			shard := fs.String("shard", "", "run only slice i of n of the cells, such as 2/4 (doublerun chaos merge joins the slices)")
 			poolSizes := fs.String("pool-sizes", "", chaosPoolSizesHelp)
+			replicaFile := fs.String("replica", "", "a JSON file with the replica command every cell runs instead of the strategy's lease")
 			if err := parse(fs, args); err != nil {
 				return err
+			}
+			var command *scenarios.ReplicaCommand
+			if *replicaFile != "" && *strategy == "" {
+				return usageError{"--replica needs --strategy: the strategy whose column of the table the command is judged by, such as advisory for a session advisory lock"}
+			}
+			if *replicaFile != "" {
+				data, err := os.ReadFile(*replicaFile)
+				if err != nil {
+					return usageError{fmt.Sprintf("--replica: %v; give a JSON file holding {\"command\": [...]}", err)}
+				}
+				if command, err = scenarios.ParseReplicaCommand(data); err != nil {
+					return usageError{fmt.Sprintf("--replica %s: %v", *replicaFile, err)}
+				}
+				if err := scenarios.CheckCommand(command); err != nil {
+					return envError{err.Error()}
+				}
 			}
 			n, err := replicasOf(fs, *replicas)
 			if err != nil {
@@ -121,7 +145,7 @@ func chaosCommand() command {
 			}
 			defer dropEmptyOut()
 			res, err := chaos.RunSets(ctx, cells, chaos.RunConfig{
-				Sets: sets, Shard: shardI, Shards: shardN, Replicas: n, OutDir: *out, Logger: e.log,
+				Sets: sets, Shard: shardI, Shards: shardN, Replicas: n, Replica: command, OutDir: *out, Logger: e.log,
 				OnSet:    func(s chaos.SetStart) { printSet(e, s, shardI, shardN) },
 				OnResult: func(done, total int, r report.Result) { fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line()) },
 			})

@@ -130,3 +130,60 @@ func TestChaosCellsSelection(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, scenarios.ExpectSafe, sc.Expect)
 }
+
+// --replica's file is read and its command found before any stack
+// starts: each problem is one line, exit 2.
+func TestChaosReplicaFileBadInput(t *testing.T) {
+	parallelIfRegistered(t)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
+		return path
+	}
+	misspelt := write("misspelt.json", `{"comand": ["x"]}`)
+	badRE := write("bad-re.json", `{"command": ["sh"], "log": {"became_leader": "(", "lost_leadership": "x"}}`)
+	missing := write("missing.json", `{"replica": {"command": ["no-such-program-doublerun"]}}`)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"NoStrategy", []string{"--replica", missing}, "doublerun chaos: --replica needs --strategy: the strategy whose column of the table the command is judged by, such as advisory for a session advisory lock"},
+		{"NoFile", []string{"--strategy", "advisory", "--replica", filepath.Join(dir, "nope.json")}, "doublerun chaos: --replica: open " + filepath.Join(dir, "nope.json") + ": no such file or directory; give a JSON file holding {\"command\": [...]}"},
+		{"MisspeltField", []string{"--strategy", "advisory", "--replica", misspelt}, "doublerun chaos: --replica " + misspelt + `: field "replica": unknown field "comand"; valid: command, env, log (with became_leader, lost_leadership, work_started, work_ended)`},
+		{"BadRegularExpression", []string{"--strategy", "advisory", "--replica", badRE}, "doublerun chaos: --replica " + badRE + `: field "replica.log.became_leader": "(" is not a regular expression (missing closing ): ` + "`(`" + `); write Go's RE2 syntax, with backslashes doubled in JSON`},
+		{"CommandNotFound", []string{"--strategy", "advisory", "--replica", missing}, `doublerun chaos: replica command "no-such-program-doublerun": not found; install it, or give its full path as the first word of "replica.command"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := runChaos(t, nil, tc.args...)
+			require.Equal(t, 2, code, "stderr: %s", stderr)
+			require.Empty(t, stdout)
+			first, _, _ := strings.Cut(stderr, "\n")
+			require.Equal(t, tc.want, first)
+		})
+	}
+}
+
+// doublerun replica is started by the runner with the protocol's
+// variables; by hand, without them, it says so in one line.
+func TestReplicaCommandNeedsTheProtocol(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"NoStrategy", []string{"replica"}, "doublerun replica: --strategy is required; one of advisory, advisory-unguarded, advisory-wait, fenced, fenced-wait"},
+		{"NoVariables", []string{"replica", "--strategy", "advisory"}, "doublerun replica: DOUBLERUN_REPLICA_ID is not set: this command is a replica that doublerun run and doublerun chaos start, with the DOUBLERUN_* variables set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := cli(t, nil, tc.args...)
+			require.Equal(t, 2, code, "stderr: %s", stderr)
+			require.Empty(t, stdout)
+			first, _, _ := strings.Cut(stderr, "\n")
+			require.Equal(t, tc.want, first)
+		})
+	}
+}

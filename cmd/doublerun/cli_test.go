@@ -135,7 +135,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"MinEfficacyAbove100", []string{"mutation", "gate", "--report", "x.json", "--min-efficacy", "150"},
 			"doublerun mutation: --min-efficacy must be a percentage from 0 to 100, not 150"},
 		{"HelpUnknownCommand", []string{"help", "nope"},
-			`doublerun help: unknown command "nope"; valid commands: bench, chaos, check, failover, list, mutation, repro, run, stack, version`},
+			`doublerun help: unknown command "nope"; valid commands: bench, chaos, check, failover, list, mutation, replica, repro, run, stack, version`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -73,6 +73,7 @@ func commands() []command {
 		failoverCommand(),
 		benchCommand(),
 		checkCommand(),
+		replicaCommand(),
 		stackCommand(),
 		mutationCommand(),
 		versionCommand(),

@@ -96,6 +96,12 @@ func runCommand() command {
 			if err := validate(sc, flagOf); err != nil {
 				return err
 			}
+			if sc.Replica != nil {
+				// Before the stack starts: one line, exit 2.
+				if err := scenarios.CheckCommand(sc.Replica); err != nil {
+					return envError{err.Error()}
+				}
+			}
 			if err := checkEnv(set); err != nil {
 				return err
 			}
@@ -136,6 +142,10 @@ func runCommand() command {
 				}
 			} else {
 				fmt.Fprintln(e.stdout, report.Line(rep))
+				if p := rep.Protocol; p != nil && p.Mode == scenarios.ModeLog {
+					fmt.Fprintf(e.stdout, "log mode: the times are the runner's receipt of %d matching lines (of %d); receipt lag median %s, max %s\n",
+						p.Matched, p.Lines, time.Duration(p.ReceiptLagMedian).Round(time.Microsecond), time.Duration(p.ReceiptLagMax).Round(time.Microsecond))
+				}
 				if *out != "" {
 					fmt.Fprintf(e.stdout, "report: %s/%s/report.md, timeline: %s/%s/timeline.svg\n", *out, sc.Name, *out, sc.Name)
 				}

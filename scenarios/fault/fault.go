@@ -44,9 +44,17 @@ type Setting struct {
 	// Pooled says the run's work goes through PgBouncer (every topology but
 	// direct).
 	Pooled bool
+	// AppNames says the replicas' connections carry application_name
+	// AppName(replica), as a replica command's do, so a fault can find
+	// their backends in pg_stat_activity.
+	AppNames bool
 	// TTL is the lease's TTL, Work the length of one piece of leader work.
 	TTL, Work time.Duration
 }
+
+// AppName is the application_name of a replica command's connections,
+// by which pg_stat_activity shows its backends.
+func AppName(replica string) string { return "doublerun-" + replica }
 
 // Target is what a fault acts on during a run: the runner's side of it.
 type Target interface {

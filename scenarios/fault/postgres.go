@@ -21,7 +21,8 @@ import (
 // backend that holds the leader's lease, through a direct connection:
 // the PID the strategy reports (Replica.LeaseBackendPID) or, when it
 // reports none, the backend holding the strategy's advisory lock in
-// the run's database.
+// the run's database, or, for a replica command, its oldest backend by
+// application_name (AppName).
 var TerminateLeaderBackend Fault = terminateLeaderBackend{}
 
 type terminateLeaderBackend struct{}
@@ -32,7 +33,7 @@ func (terminateLeaderBackend) Name() string { return "TERMINATE_LEADER_BACKEND" 
 // backend to lose, and the fault must be able to find it: reported by the
 // lease, or holding its advisory lock.
 func (terminateLeaderBackend) Available(s Setting) bool {
-	return s.ReportsBackendPID || s.AdvisoryLock != nil
+	return s.ReportsBackendPID || s.AdvisoryLock != nil || s.AppNames
 }
 
 func (terminateLeaderBackend) Inject(ctx context.Context, t Target) error {
@@ -64,6 +65,19 @@ func (terminateLeaderBackend) Inject(ctx context.Context, t Target) error {
 			return fmt.Errorf("find the lock holder in pg_locks: %w", err)
 		}
 		how = "holding the advisory lock"
+	}
+	if pid == 0 && t.Setting().AppNames {
+		// A replica command that reports no backend: the oldest backend
+		// its connections opened, which its lease's usually is.
+		err := conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name = $2
+			ORDER BY backend_start LIMIT 1`, db, AppName(l.ID)).Scan(&pid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("leader %s reported no lease backend PID and no backend of %s has application_name %s", l.ID, db, AppName(l.ID))
+		}
+		if err != nil {
+			return fmt.Errorf("find the leader's backend in pg_stat_activity: %w", err)
+		}
+		how = "application_name " + AppName(l.ID)
 	}
 	if pid == 0 {
 		return fmt.Errorf("leader %s reported no lease backend PID, and its lease holds no advisory lock to find it by", l.ID)

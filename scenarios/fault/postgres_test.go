@@ -3,6 +3,7 @@ package fault_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -54,6 +55,26 @@ func TestTerminateLeaderBackend(t *testing.T) {
 		require.False(t, backendAlive(t, db.Stack, pid))
 		require.Contains(t, fmtEvents(tg.Events()), "holding the advisory lock")
 	})
+	t.Run("FindsACommandsBackendByApplicationName", func(t *testing.T) {
+		t.Parallel()
+		db := stacktest.NewDB(t)
+		tg := newTarget(t, db, fault.Setting{AppNames: true, TTL: time.Second, Work: time.Hour})
+		require.ErrorContains(t, fault.TerminateLeaderBackend.Inject(context.Background(), tg),
+			"reported no lease backend PID and no backend of "+db.Name+" has application_name doublerun-r1")
+		u, err := url.Parse(db.Postgres.DSN)
+		require.NoError(t, err)
+		q := u.Query()
+		q.Set("application_name", fault.AppName("r1"))
+		u.RawQuery = q.Encode()
+		lease := mustConnect(t, u.String())
+		pid, err := backendPID(lease, 10*time.Second)
+		require.NoError(t, err)
+
+		require.NoError(t, fault.TerminateLeaderBackend.Inject(context.Background(), tg))
+
+		require.False(t, backendAlive(t, db.Stack, pid))
+		require.Contains(t, fmtEvents(tg.Events()), "application_name doublerun-r1")
+	})
 	t.Run("NeedsABackendItCanFind", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
@@ -64,6 +85,7 @@ func TestTerminateLeaderBackend(t *testing.T) {
 			{"ReportsItsBackend", fault.Setting{ReportsBackendPID: true}, true},
 			{"HoldsAnAdvisoryLock", fault.Setting{AdvisoryLock: &lock}, true},
 			{"Both", shortTTL, true},
+			{"AReplicaCommandByItsApplicationName", fault.Setting{AppNames: true}, true},
 			{"Neither", fault.Setting{Pooled: true, TTL: time.Second}, false},
 		} {
 			require.Equal(t, tc.want, fault.TerminateLeaderBackend.Available(tc.s), tc.name)

@@ -40,11 +40,11 @@ func (killLeader) Inject(ctx context.Context, t Target) error {
 	// log the event; then kill. Its open work ends at the event, and the
 	// failover is measured from it (oracle.FailoverFromInjection): the
 	// stopped leader still holds its lease until the kill.
-	if err := syscall.Kill(l.PID, syscall.SIGSTOP); err != nil {
+	if err := signalGroup(l.PID, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("SIGSTOP %s (pid %d): %w", l.ID, l.PID, err)
 	}
 	kerr := t.Killed(ctx, l.ID)
-	if err := syscall.Kill(l.PID, syscall.SIGKILL); err != nil {
+	if err := signalGroup(l.PID, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("SIGKILL %s (pid %d): %w", l.ID, l.PID, err)
 	}
 	if kerr != nil {
@@ -82,7 +82,7 @@ func (freezeLeader) Inject(ctx context.Context, t Target) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	// SIGCONT however the injection ends. A frozen replica is the one
 	// fault that must never outlive Inject.
-	defer func() { _ = syscall.Kill(l.PID, syscall.SIGCONT) }()
+	defer func() { _ = signalGroup(l.PID, syscall.SIGCONT) }()
 	if err := freezeMidWork(ctx, t, conn, l); err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (freezeLeader) Inject(ctx context.Context, t Target) error {
 	herr := hold(ctx, d)
 	rctx, cancel := recoverCtx(ctx)
 	defer cancel()
-	if err := syscall.Kill(l.PID, syscall.SIGCONT); err != nil {
+	if err := signalGroup(l.PID, syscall.SIGCONT); err != nil {
 		return fmt.Errorf("SIGCONT %s (pid %d): %w", l.ID, l.PID, err)
 	}
 	if err := waitState(rctx, l.PID, func(s byte) bool { return s != 'T' && s != 't' }); err != nil {
@@ -123,7 +123,7 @@ func freezeMidWork(ctx context.Context, t Target, conn *pgx.Conn, l Replica) err
 			}
 			continue
 		}
-		if err := syscall.Kill(l.PID, syscall.SIGSTOP); err != nil {
+		if err := signalGroup(l.PID, syscall.SIGSTOP); err != nil {
 			return fmt.Errorf("SIGSTOP %s (pid %d): %w", l.ID, l.PID, err)
 		}
 		if err := waitState(ctx, l.PID, func(s byte) bool { return s == 'T' || s == 't' }); err != nil {
@@ -138,7 +138,7 @@ func freezeMidWork(ctx context.Context, t Target, conn *pgx.Conn, l Replica) err
 		if ok, err := begun(); err != nil || ok {
 			return err
 		}
-		if err := syscall.Kill(l.PID, syscall.SIGCONT); err != nil {
+		if err := signalGroup(l.PID, syscall.SIGCONT); err != nil {
 			return err
 		}
 	}
@@ -163,7 +163,7 @@ func (gracefulHandover) Inject(ctx context.Context, t Target) error {
 	}
 	// Caught by TestGracefulHandover.
 	injected(ctx, t, l.ID, "SIGTERM pid %d", l.PID)
-	if err := syscall.Kill(l.PID, syscall.SIGTERM); err != nil {
+	if err := signalGroup(l.PID, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("SIGTERM %s (pid %d): %w", l.ID, l.PID, err)
 	}
 	// The replica finishes its piece of work, closes its lease and exits.
@@ -230,4 +230,15 @@ func waitGone(ctx context.Context, pid int) error {
 			return fmt.Errorf("process %d still running: %w", pid, err)
 		}
 	}
+}
+
+// signalGroup sends sig to the process group that pid leads, as every
+// replica does (the runner starts each in a group of its own), so that a
+// replica that is a user's command is stopped, frozen or killed with its
+// children; to pid alone when it leads no group.
+func signalGroup(pid int, sig syscall.Signal) error {
+	if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
+		return syscall.Kill(-pid, sig)
+	}
+	return syscall.Kill(pid, sig)
 }

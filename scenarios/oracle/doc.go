@@ -123,5 +123,9 @@
 // [Recorder] (their side-effect write too, [Recorder.SideEffect]), the
 // runner and the faults ask [LatestWork], [WorkBegun] and [AnyWork], and
 // [Load] reads a run back; [RecordTokens] has the server record a
-// lease's token table.
+// lease's token table. A replica in another language writes the same rows
+// through the functions [Migrate] installs in schema doublerun
+// (doublerun.work_begin, work_end, side_effect, rejected, became_leader,
+// lock_claim, event, next_token; scenarios' documentation gives their
+// arguments), so its times are the server's clock_timestamp() too.
 package oracle

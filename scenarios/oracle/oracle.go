@@ -70,11 +70,40 @@ BEGIN
 	RETURN NULL;
 END
 $fn$`,
+	// The protocol of a replica that is a command (scenarios.ReplicaCommand):
+	// the same rows a Recorder writes, written by the replica's own driver,
+	// their times still from the server's clock. Caught by
+	// TestProtocolFunctionsWriteWhatARecorderWrites.
+	`CREATE SCHEMA IF NOT EXISTS doublerun`,
+	`CREATE OR REPLACE FUNCTION doublerun.became_leader(replica text, token bigint) RETURNS void LANGUAGE sql AS $fn$
+	INSERT INTO {grants} (replica, token) VALUES ($1, $2) ON CONFLICT DO NOTHING
+$fn$`,
+	`CREATE OR REPLACE FUNCTION doublerun.work_begin(replica text, token bigint, backend_pid int DEFAULT 0) RETURNS bigint LANGUAGE sql AS $fn$
+	INSERT INTO {grants} (replica, token) VALUES ($1, $2) ON CONFLICT DO NOTHING;
+	INSERT INTO {work} (replica, token, backend_pid) VALUES ($1, $2, coalesce($3, 0)) RETURNING id
+$fn$`,
+	`CREATE OR REPLACE FUNCTION doublerun.work_end(id bigint) RETURNS void LANGUAGE sql AS $fn$
+	UPDATE {work} SET ended_at = clock_timestamp() WHERE {work}.id = $1 AND ended_at IS NULL
+$fn$`,
+	`CREATE OR REPLACE FUNCTION doublerun.side_effect(replica text, token bigint, fenced boolean DEFAULT false) RETURNS void LANGUAGE sql AS $fn$
+	INSERT INTO {side_effects} (replica, token, fenced) VALUES ($1, $2, coalesce($3, false))
+$fn$`,
+	`CREATE OR REPLACE FUNCTION doublerun.rejected(replica text, token bigint, call timestamptz DEFAULT NULL, at timestamptz DEFAULT NULL) RETURNS void LANGUAGE sql AS $fn$
+	INSERT INTO {rejected} (replica, token, call, at) VALUES ($1, $2, coalesce($3, clock_timestamp()), coalesce($4, clock_timestamp()))
+$fn$`,
+	`CREATE OR REPLACE FUNCTION doublerun.event(replica text, kind text, detail text DEFAULT '') RETURNS timestamptz LANGUAGE sql AS $fn$
+	INSERT INTO {events} (kind, replica, detail) VALUES ($2, $1, coalesce($3, '')) RETURNING at
+$fn$`,
+	`CREATE OR REPLACE FUNCTION doublerun.lock_claim(replica text, backend_pid int, key1 int, key2 int) RETURNS void LANGUAGE sql AS $fn$
+	INSERT INTO {events} (kind, replica, detail) VALUES ('{lock_claim}', $1, format('backend %s lock %s,%s', $2, $3, $4))
+$fn$`,
+	`CREATE SEQUENCE IF NOT EXISTS doublerun.tokens`,
+	`CREATE OR REPLACE FUNCTION doublerun.next_token() RETURNS bigint LANGUAGE sql AS $fn$ SELECT nextval('doublerun.tokens') $fn$`,
 }
 
 var schemaNames = strings.NewReplacer("{work}", workTable, "{grants}", grantsTable, "{events}", eventsTable,
 	"{rejected}", rejectedTable, "{side_effects}", sideEffectsTable, "{tokens}", tokensTable, "{token_op}", tokensFunction,
-	"{renewal}", TokenRenewal, "{grant}", TokenGrant)
+	"{renewal}", TokenRenewal, "{grant}", TokenGrant, "{lock_claim}", EventLockClaim)
 
 // Migrate creates the oracle's tables. Run it on a direct connection.
 func Migrate(ctx context.Context, conn *pgx.Conn) error {

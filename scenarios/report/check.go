@@ -68,7 +68,7 @@ func Recompute(data []byte) (Recomputed, error) {
 		return Recomputed{}, fmt.Errorf("%w this doublerun understands: %v", ErrNotAReport, err)
 	}
 	out := Recomputed{Report: &rep, Metrics: oracle.Analyze(rep.History, rep.Analysis())}
-	out.Verdict = scenarios.Judge(rep.Scenario.Expect, out.Metrics, rep.Pieces())
+	out.Verdict = rep.Protocol.Amend(scenarios.Judge(rep.Scenario.Expect, out.Metrics, rep.Pieces()))
 	for _, part := range []struct {
 		name  string
 		again any

@@ -25,6 +25,15 @@ func Markdown(r *scenarios.Report) string {
 	row("measured for", r.Scenario.Duration.String())
 	row("poll interval / work / TTL", fmt.Sprintf("%s / %s / %s", r.Scenario.PollInterval, r.Scenario.Work, r.Scenario.TTL))
 	row("fault", r.Scenario.Fault)
+	if c := r.Scenario.Replica; c != nil && r.Protocol != nil {
+		row("replicas run as", fmt.Sprintf("`%s`, reporting by %s", strings.Join(c.Command, " "), r.Protocol.Mode))
+		row("timestamps", r.Protocol.Note)
+		if r.Protocol.Mode == scenarios.ModeLog {
+			row("log lines matched", fmt.Sprintf("%d of %d", r.Protocol.Matched, r.Protocol.Lines))
+			row("receipt lag (line read → recorded)", fmt.Sprintf("median %s, max %s",
+				time.Duration(r.Protocol.ReceiptLagMedian).Round(time.Microsecond), time.Duration(r.Protocol.ReceiptLagMax).Round(time.Microsecond)))
+		}
+	}
 	row("provider", r.Stack.Provider)
 	row("versions", r.Stack.Versions.String())
 	row("lease endpoint", r.Stack.Lease)

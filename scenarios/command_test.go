@@ -1,0 +1,195 @@
+package scenarios_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/report/reporttest"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+// envTestCommandStrategy makes this test binary, started as a replica
+// command, run that built-in strategy's lease over the SQL protocol.
+const envTestCommandStrategy = "SCENARIOS_TEST_COMMAND_STRATEGY"
+
+// runCommand runs sc on the shared stack, and checks that nothing any of
+// its replicas started is left running.
+func runCommand(t *testing.T, sc Scenario, opts RunOptions) (*Report, error) {
+	t.Helper()
+	var mu sync.Mutex
+	var pids []int
+	opts.Stack = stacktest.Shared(t)
+	opts.OutDir = t.TempDir()
+	opts = WithReplicaHook(opts, func(pid int) {
+		mu.Lock()
+		defer mu.Unlock()
+		pids = append(pids, pid)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, sc, opts)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, pid := range pids {
+		require.False(t, GroupAlive(pid), "the process group of replica %d still runs", pid)
+	}
+	if rep != nil {
+		t.Log(report.Line(rep))
+		reporttest.Save(t, rep)
+	}
+	return rep, err
+}
+
+// A replica that reports no leader work cannot pass as safe, nor as
+// anything else: the verdict says no work was logged.
+func TestJudgeSilentReplicaIsNotSafe(t *testing.T) {
+	t.Parallel()
+	for _, expect := range []Expectation{ExpectSafe, ExpectFenced} {
+		v := Judge(expect, oracle.Metrics{}, 0)
+		require.False(t, v.Pass, expect)
+		require.Contains(t, v.Reason, "no leader work")
+	}
+}
+
+// A replica command's problems found in the scenario itself: each one
+// line naming the field and the fix.
+func TestReplicaCommandValidate(t *testing.T) {
+	t.Parallel()
+	base := Scenario{Name: "x", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}
+	for _, tc := range []struct {
+		name    string
+		replica ReplicaCommand
+		want    string
+	}{
+		{"NoCommand", ReplicaCommand{}, `field "replica.command": missing; give the program`},
+		{"ProtocolVariable", ReplicaCommand{Command: []string{"x"}, Env: map[string]string{"DOUBLERUN_LEASE_DSN": "y"}},
+			`field "replica.env.DOUBLERUN_LEASE_DSN": is the protocol's, set by the runner for each replica; rename it`},
+		{"BadRegularExpression", ReplicaCommand{Command: []string{"x"}, Log: &LogPatterns{BecameLeader: "(leader", LostLeadership: "lost"}},
+			`field "replica.log.became_leader": "(leader" is not a regular expression (missing closing ): ` + "`(leader`" + `); write Go's RE2 syntax`},
+		{"NoPattern", ReplicaCommand{Command: []string{"x"}, Log: &LogPatterns{}}, `field "replica.log": has no pattern`},
+		{"HalfAPair", ReplicaCommand{Command: []string{"x"}, Log: &LogPatterns{WorkStarted: "start"}}, `field "replica.log": needs work_started and work_ended together`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := base
+			sc.Replica = &tc.replica
+			err := sc.Validate()
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), "\n")
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	sc, err := ParseScenario([]byte(`{"strategy": "advisory", "topology": {"kind": "pinned"}, "expect": "safe",
+		"replica": {"command": ["/usr/bin/python3", "lease.py"], "env": {"A": "b"}, "log": {"became_leader": "leader", "lost_leadership": "lost"}}}`), "mine")
+	require.NoError(t, err)
+	require.Equal(t, &ReplicaCommand{Command: []string{"/usr/bin/python3", "lease.py"}, Env: map[string]string{"A": "b"},
+		Log: &LogPatterns{BecameLeader: "leader", LostLeadership: "lost"}}, sc.Replica)
+	_, err = ParseScenario([]byte(`{"strategy": "advisory", "topology": {"kind": "pinned"}, "expect": "safe", "replica": {"comand": ["x"]}}`), "mine")
+	require.EqualError(t, err, `field "replica": unknown field "comand"; valid: command, env, log (with became_leader, lost_leadership, work_started, work_ended)`)
+}
+
+// Bad replica commands each end the run with one line naming the problem
+// and the fix, and leave nothing running.
+func TestCommandReplicaBadInput(t *testing.T) {
+	t.Parallel()
+	sc := Scenario{Name: "bad-command", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Duration: 2 * time.Second}
+	with := func(c ReplicaCommand) Scenario {
+		s := sc
+		s.Replica = &c
+		return s
+	}
+	t.Run("NotFound", func(t *testing.T) {
+		t.Parallel()
+		_, err := runCommand(t, with(ReplicaCommand{Command: []string{"no-such-program-doublerun"}}), RunOptions{})
+		require.EqualError(t, err, `replica command "no-such-program-doublerun": not found; install it, or give its full path as the first word of "replica.command"`)
+	})
+	t.Run("ExitsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		_, err := runCommand(t, with(ReplicaCommand{Command: []string{"sh", "-c", "echo cannot reach the lease >&2; exit 3"}}), RunOptions{})
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "\n")
+		require.Contains(t, err.Error(), `replica r`)
+		require.Contains(t, err.Error(), `exited before any leader work was reported (exit status 3), its last line: "cannot reach the lease"; fix the command`)
+	})
+	t.Run("NeverReports", func(t *testing.T) {
+		t.Parallel()
+		rep, err := runCommand(t, with(ReplicaCommand{Command: []string{"sleep", "600"}}), WithLeaderWait(RunOptions{}, 2*time.Second))
+		require.NoError(t, err)
+		require.False(t, rep.Verdict.Pass)
+		require.Contains(t, rep.Verdict.Reason, "no leader work was reported: in 2s no replica command called doublerun.work_begin")
+		again, err := report.Recompute(mustJSON(t, rep))
+		require.NoError(t, err)
+		require.Empty(t, again.Diffs, "doublerun check agrees with the verdict and its reason")
+	})
+	t.Run("PrintsLinesThatMatchNoPattern", func(t *testing.T) {
+		t.Parallel()
+		c := ReplicaCommand{Command: []string{"sh", "-c", "while true; do echo polling; sleep 0.1; done"},
+			Log: &LogPatterns{BecameLeader: "^became leader", LostLeadership: "^lost leadership"}}
+		rep, err := runCommand(t, with(c), WithLeaderWait(RunOptions{}, 2*time.Second))
+		require.NoError(t, err)
+		require.False(t, rep.Verdict.Pass)
+		require.Regexp(t, `^no leader work was reported: in 2s the replica commands printed \d+ lines and 0 matched a pattern`, rep.Verdict.Reason)
+	})
+	t.Run("LeavesChildrenBehind", func(t *testing.T) {
+		t.Parallel()
+		// A child that ignores SIGTERM outlives the command the runner
+		// stops; the run says so, fails, and kills it.
+		c := ReplicaCommand{Command: []string{"sh", "-c", `(trap "" TERM; exec sleep 600) &
+while true; do echo "became leader"; sleep 0.3; done`},
+			Log: &LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
+		s := with(c)
+		s.Replicas = 1
+		rep, err := runCommand(t, s, RunOptions{})
+		require.NoError(t, err)
+		require.False(t, rep.Verdict.Pass)
+		require.Contains(t, rep.Verdict.Reason, "left processes of its group running after it exited")
+		require.Equal(t, []string{"r1"}, rep.Protocol.LeftBehind)
+	})
+}
+
+// A command whose child outlives it fails its run, and the child is
+// killed: runCommand finds nothing of its group running.
+func TestCommandReplicaLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
+	c := ReplicaCommand{Command: []string{"sh", "-c", `(trap "" TERM; exec sleep 600) &
+while true; do echo "became leader"; sleep 0.3; done`},
+		Log: &LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
+	sc := Scenario{Name: "left-behind", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+		Duration: time.Second, Replicas: 1, Replica: &c}
+	rep, err := runCommand(t, sc, RunOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"r1"}, rep.Protocol.LeftBehind)
+	require.False(t, rep.Verdict.Pass, "what ran unmeasured cannot pass")
+}
+
+// The built-in advisory lease run as a replica command, reporting over
+// the SQL functions, reproduces #556 as it does in process.
+func TestBuiltInLeaseThroughTheCommand(t *testing.T) {
+	t.Parallel()
+	sc := Issue556
+	sc.Duration = 3 * time.Second
+	sc.Replica = &ReplicaCommand{Command: []string{os.Args[0], "-test.run=^$"}, Env: map[string]string{envTestCommandStrategy: StrategyAdvisory}}
+	rep, err := runCommand(t, sc, RunOptions{})
+	require.NoError(t, err)
+	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
+	require.Equal(t, ModeSQL, rep.Protocol.Mode)
+	require.Positive(t, rep.Metrics.DoubleRun.Total)
+	pid, who := rep.SharedBackend()
+	require.NotZero(t, pid, "both on one backend, as reported through doublerun.work_begin")
+	require.Equal(t, []string{"r1", "r2"}, who)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	return data
+}
