@@ -113,6 +113,52 @@ func TestPipeline(t *testing.T) {
 		})
 	})
 
+	// Outcomes that arrive together are recorded together: the completer
+	// gathers what is waiting into one transaction instead of one
+	// transaction per job. Fifty handlers are released at once; every
+	// completion reports how many outcomes its transaction held, and at
+	// least one must have held more than one (recording one outcome at a
+	// time makes every count 1). Counted through the completion signal,
+	// which drops nothing here: 50 values in a buffer of 1,024.
+	t.Run("OutcomesThatArriveTogetherShareATransaction", func(t *testing.T) {
+		t.Parallel()
+		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
+			const jobs = 50
+			release := make(chan struct{})
+			started := make(chan struct{}, jobs)
+			h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+				started <- struct{}{}
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+			b := jobsSetup(t, db, ep, Config{Handlers: map[string]Handler{"k": h}, BatchSize: jobs, MaxHandlers: jobs})
+			b.enqueue(t, jobs, "k")
+			start(t, b.worker)
+			for range jobs {
+				select {
+				case <-started:
+				case <-time.After(testsignal.DefaultTimeout):
+					t.Fatal("the handlers did not all start")
+				}
+			}
+			close(release)
+			recorded, largest, transactions := 0, 0, 0
+			for recorded < jobs {
+				rep := b.worker.signals.completed.Wait()
+				require.NoError(t, rep.Err)
+				recorded += rep.Recorded
+				largest = max(largest, rep.Jobs)
+				transactions++
+			}
+			require.Equal(t, jobs, recorded)
+			require.Greater(t, largest, 1, "%d outcomes released at once were recorded in %d transactions of one", jobs, transactions)
+		})
+	})
+
 	// A leader whose claims keep coming back full goes on claiming, and
 	// when it must ask the lease again it does so at once instead of
 	// waiting a poll interval (an hour here).
