@@ -69,7 +69,7 @@ func JudgeCI(pkgs []CIPackage, eq Equivalents) []CIResult {
 		for _, f := range p.Report.Files {
 			for _, m := range f.Mutations {
 				file := filepath.ToSlash(filepath.Join(p.Name, f.FileName))
-				if m.Status == StatusSkipped || eq.Has(file, m.Line, m.Type) {
+				if m.Status == StatusSkipped || eq.Has(file, m.Line, m.Column, m.Type) {
 					continue
 				}
 				at := fmt.Sprintf("%s:%d:%s", file, m.Line, m.Type)

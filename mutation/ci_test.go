@@ -144,9 +144,27 @@ func TestEquivalents(t *testing.T) {
 	require.NoError(t, os.WriteFile(f, []byte(`{"equivalents":[{"file":"lease/a.go","line":2,"mutator":"CONDITIONALS_BOUNDARY","code":"if x < 0 {","why":"zero is defaulted"}]}`), 0o644))
 	eq, err := ReadEquivalents(f)
 	require.NoError(t, err)
-	require.True(t, eq.Has("lease/a.go", 2, "CONDITIONALS_BOUNDARY"))
-	require.False(t, eq.Has("lease/a.go", 2, "CONDITIONALS_NEGATION"))
+	require.True(t, eq.Has("lease/a.go", 2, 8, "CONDITIONALS_BOUNDARY"), "an entry without a column lists every column")
+	require.True(t, eq.Has("lease/a.go", 2, 20, "CONDITIONALS_BOUNDARY"))
+	require.False(t, eq.Has("lease/a.go", 2, 8, "CONDITIONALS_NEGATION"))
+	require.False(t, eq.Has("lease/a.go", 3, 8, "CONDITIONALS_BOUNDARY"))
+	require.False(t, eq.Has("lease/b.go", 2, 8, "CONDITIONALS_BOUNDARY"))
 	require.Empty(t, eq.Stale(root))
+
+	// With a column, only that mutant of the line; the same line may be
+	// listed once per column.
+	require.NoError(t, os.WriteFile(f, []byte(`{"equivalents":[`+
+		`{"file":"lease/a.go","line":2,"column":8,"mutator":"CONDITIONALS_BOUNDARY","code":"if x < 0 {","why":"w"},`+
+		`{"file":"lease/a.go","line":2,"column":9,"mutator":"CONDITIONALS_BOUNDARY","code":"if x < 0 {","why":"w"}]}`), 0o644))
+	cols, err := ReadEquivalents(f)
+	require.NoError(t, err)
+	require.True(t, cols.Has("lease/a.go", 2, 8, "CONDITIONALS_BOUNDARY"))
+	require.True(t, cols.Has("lease/a.go", 2, 9, "CONDITIONALS_BOUNDARY"))
+	require.False(t, cols.Has("lease/a.go", 2, 20, "CONDITIONALS_BOUNDARY"), "another mutant of the same kind on the line")
+	require.NoError(t, os.WriteFile(f, []byte(`{"equivalents":[{"file":"lease/a.go","line":2,"column":8,"mutator":"CONDITIONALS_BOUNDARY","code":"c","why":"w"},`+
+		`{"file":"lease/a.go","line":2,"column":8,"mutator":"CONDITIONALS_BOUNDARY","code":"c","why":"w"}]}`), 0o644))
+	_, err = ReadEquivalents(f)
+	require.ErrorContains(t, err, "lease/a.go:2:8:CONDITIONALS_BOUNDARY is listed twice")
 
 	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("new\na\n  if x < 0 {\nb\n"), 0o644))
 	require.Equal(t, []string{`equivalent lease/a.go:2:CONDITIONALS_BOUNDARY: line 2 no longer reads "if x < 0 {"; it is now on line 3; update the entry`}, eq.Stale(root))
@@ -157,6 +175,8 @@ func TestEquivalents(t *testing.T) {
 		`{"equivalents":[{"file":"lease/a.go","line":2,"mutator":"SWAP","code":"c","why":"w"}]}`,
 		`{"equivalents":[{"file":"lease/a.go","line":2,"mutator":"CONDITIONALS_BOUNDARY","code":"c"}]}`,
 		`{"equivalents":[{"file":"lease/a.go","line":2,"mutator":"CONDITIONALS_BOUNDARY","code":"c","why":"w","extra":1}]}`,
+		`{"equivalents":[{"file":"lease/a.go","line":2,"column":-1,"mutator":"CONDITIONALS_BOUNDARY","code":"c","why":"w"}]}`,
+		`{"equivalents":[{"file":"lease/a.go","line":0,"mutator":"CONDITIONALS_BOUNDARY","code":"c","why":"w"}]}`,
 	} {
 		require.NoError(t, os.WriteFile(f, []byte(bad), 0o644))
 		_, err := ReadEquivalents(f)

@@ -22,6 +22,10 @@ type Equivalent struct {
 	File    string `json:"file"`
 	Line    int    `json:"line"`
 	Mutator string `json:"mutator"`
+	// Column, when given, is the mutant's column as in gremlins' report:
+	// it singles out one of two mutants of the same kind on one line (in
+	// `i < n && d < max`), so that listing one does not excuse the other.
+	Column int `json:"column,omitempty"`
 	// Code is the line's text without surrounding blanks. When the code
 	// moves, the entry no longer matches its line and the gate says where
 	// the text went.
@@ -53,8 +57,8 @@ func ReadEquivalents(file string) (Equivalents, error) {
 	}
 	seen := map[string]bool{}
 	for i, e := range doc.Equivalents {
-		if e.File == "" || e.Line < 1 || !slices.Contains(mutators, e.Mutator) || e.Code == "" || e.Why == "" {
-			return nil, fmt.Errorf("%s: entry %d needs file, line, a gremlins mutator, code and why", file, i+1)
+		if e.File == "" || e.Line < 1 || e.Column < 0 || !slices.Contains(mutators, e.Mutator) || e.Code == "" || e.Why == "" {
+			return nil, fmt.Errorf("%s: entry %d needs file, line, a gremlins mutator, code and why (and a column, if any, from 1)", file, i+1)
 		}
 		k := e.key()
 		if seen[k] {
@@ -65,13 +69,19 @@ func ReadEquivalents(file string) (Equivalents, error) {
 	return doc.Equivalents, nil
 }
 
-func (e Equivalent) key() string { return fmt.Sprintf("%s:%d:%s", e.File, e.Line, e.Mutator) }
+func (e Equivalent) key() string {
+	if e.Column > 0 {
+		return fmt.Sprintf("%s:%d:%d:%s", e.File, e.Line, e.Column, e.Mutator)
+	}
+	return fmt.Sprintf("%s:%d:%s", e.File, e.Line, e.Mutator)
+}
 
-// Has reports whether the mutant of the given type at file:line (file
-// relative to the module root) is listed.
-func (eq Equivalents) Has(file string, line int, mutator string) bool {
+// Has reports whether the mutant of the given type at file:line:column
+// (file relative to the module root) is listed; an entry without a column
+// lists every mutant of its type on its line.
+func (eq Equivalents) Has(file string, line, column int, mutator string) bool {
 	for _, e := range eq {
-		if e.File == file && e.Line == line && e.Mutator == mutator {
+		if e.File == file && e.Line == line && e.Mutator == mutator && (e.Column == 0 || e.Column == column) {
 			return true
 		}
 	}

@@ -383,7 +383,7 @@ func scorePackage(name string, r Report, opts GateOptions, keep func(file string
 			if keep != nil && !keep(f.FileName, m) {
 				continue
 			}
-			if opts.Strict && m.Status != StatusSkipped && opts.Equivalents.Has(file, m.Line, m.Type) {
+			if opts.Strict && m.Status != StatusSkipped && opts.Equivalents.Has(file, m.Line, m.Column, m.Type) {
 				p.Excused++
 				if m.Status == StatusLived {
 					p.Score.Excused++
