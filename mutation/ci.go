@@ -132,8 +132,22 @@ type CIRun struct {
 	Packages []CIPackage
 	Results  []CIResult
 	// Estimate is the wall time RunCI expected of gremlins, and Elapsed
-	// what it took.
-	Estimate, Elapsed time.Duration
+	// what it took. Change is the part of Estimate for the changed lines
+	// outside the run's shard: what the budget bounds.
+	Estimate, Elapsed, Change time.Duration
+}
+
+// checkBudget fails when the mutants of the change since base that the
+// run's shard does not already hold would take longer than budget (0 for
+// no bound). The shard and the whole packages are a fixed cost the record
+// foresees; what grows with a change is its own lines' mutants, and a
+// change too large for one run is gated by a full run instead.
+func checkBudget(change, budget time.Duration, base string) error {
+	if budget > 0 && change > budget {
+		return fmt.Errorf("%w: the mutants of the change since %s would take about %s where the budget is %s; run make mutation and commit the record it writes",
+			ErrOverBudget, short(base), change.Round(time.Second), budget)
+	}
+	return nil
 }
 
 // ErrOverBudget is wrapped by RunCI's error when the mutants to run would
@@ -189,16 +203,16 @@ func RunCI(ctx context.Context, o CIOptions) (CIRun, error) {
 					return CIRun{}, err
 				}
 				logf("mutation: ./%s: %d mutants on %d changed lines outside shard %d/%d", name, n, extra.Lines(), o.Shard+1, rec.Shards)
-				estimate += rec.Estimate(name, n)
+				run.Change += rec.Estimate(name, n)
 			}
 		}
 		logf("mutation: ./%s: %s, %d lines changed since %s; about %s", name, partName(p, o.Shard, rec.Shards), changed.Lines(), short(rec.Base), estimate.Round(time.Second))
 		run.Estimate += estimate
 		run.Packages = append(run.Packages, p)
 	}
-	if o.Budget > 0 && run.Estimate > o.Budget {
-		return run, fmt.Errorf("%w: the mutants of this change would take about %s where the budget is %s; run make mutation and commit the record it writes",
-			ErrOverBudget, run.Estimate.Round(time.Second), o.Budget)
+	run.Estimate += run.Change
+	if err := checkBudget(run.Change, o.Budget, rec.Base); err != nil {
+		return run, err
 	}
 	begin := time.Now()
 	for i, p := range run.Packages {

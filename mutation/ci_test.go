@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -185,4 +186,17 @@ func TestEquivalents(t *testing.T) {
 	eq, err = ReadEquivalents(filepath.Join(root, "none.json"))
 	require.NoError(t, err)
 	require.Empty(t, eq)
+}
+
+// The budget bounds the change's own mutants, not the shard's fixed cost:
+// equal passes, a second more fails with the fix, and 0 bounds nothing.
+func TestCheckBudget(t *testing.T) {
+	t.Parallel()
+	base := "0123456789abcdef0123"
+	require.NoError(t, checkBudget(0, 8*time.Minute, base))
+	require.NoError(t, checkBudget(8*time.Minute, 8*time.Minute, base))
+	err := checkBudget(8*time.Minute+time.Second, 8*time.Minute, base)
+	require.ErrorIs(t, err, ErrOverBudget)
+	require.EqualError(t, err, "over the gate's budget: the mutants of the change since 0123456789ab would take about 8m1s where the budget is 8m0s; run make mutation and commit the record it writes")
+	require.NoError(t, checkBudget(time.Hour, 0, base))
 }

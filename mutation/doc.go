@@ -90,7 +90,8 @@
 //
 // Before any mutant runs, the gate estimates its own wall time from the
 // record's cost of a mutant (counting the changed lines' mutants with a
-// dry run) and fails at once when that is over its budget: a change that
+// dry run) and fails at once when the change's own mutants, those outside
+// the shard, would take longer than its budget: a change that
 // large is gated by a full run, make mutation (`doublerun mutation full`),
 // whose pass writes a new record. Nightly, the full run is one job per
 // shard plus one that joins their reports ([MergeReports]) and gates the

@@ -39,9 +39,10 @@ ci      the gate of every submission (make mutation-ci): gremlins on every
         shard (--all-guards for every one), all on one shared stack. A
         mutant of a changed line must be KILLED; a LIVED
         mutant fails unless testdata/mutation/equivalents.json lists it;
-        a shard's figures must reach its record. A change whose mutants
-        would take longer than --budget fails at once: run make mutation
-        and commit its record.
+        a shard's figures must reach its record. A change whose own
+        mutants (on changed lines outside the shard) would take longer
+        than --budget fails at once: run make mutation and commit its
+        record.
 
 full    gremlins on every mutant of the gated packages (make mutation), or
         of one shard of their lines (--shard K/N, a nightly job), on one

@@ -46,7 +46,7 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor, relative to the repository root unless given")
 	eqFile := fs.String("equivalents", "testdata/mutation/equivalents.json", "listed equivalent mutants, relative to the repository root unless given")
 	manifest := fs.String("manifest", mutation.DefaultManifests, "glob of guard manifests, relative to the repository root unless given")
-	budget := fs.Duration("budget", 12*time.Minute, "bound on the estimated wall time of the gremlins runs; a change that would take longer fails at once")
+	budget := fs.Duration("budget", 8*time.Minute, "bound on the estimated wall time of the mutants on changed lines outside the shard; a change that would take longer fails at once")
 	shardFlag := fs.Int("shard", 0, "the shard to run, from 1 to the record's shard count; default: 1 + the number of commits in HEAD's history modulo that count")
 	out := fs.String("out", "out/mutation-ci", "directory for gremlins' reports")
 	guards := fs.Bool("guards", true, "run the named guards too: those of the shard and those whose file, package or manifest changed since the base")
@@ -137,7 +137,7 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	failures := printCI(e, run, shard, rec.Shards)
-	fmt.Fprintf(e.stdout, "gremlins: %s (estimated %s)\n", run.Elapsed.Round(time.Second), run.Estimate.Round(time.Second))
+	fmt.Fprintf(e.stdout, "gremlins: %s (estimated %s, of which the change outside the shard %s)\n", run.Elapsed.Round(time.Second), run.Estimate.Round(time.Second), run.Change.Round(time.Second))
 
 	var guardFailed []string
 	if *guards {
