@@ -134,6 +134,10 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 			`doublerun stack: unknown provider "kubernetes"; valid: auto, docker, native`},
 		{"MinEfficacyAbove100", []string{"mutation", "gate", "--report", "x.json", "--min-efficacy", "150"},
 			"doublerun mutation: --min-efficacy must be a percentage from 0 to 100, not 150"},
+		{"MutationCIUngatedPackage", []string{"mutation", "ci", "--packages", "lease,pgbouncer"},
+			`doublerun mutation: --packages: "pgbouncer" is not a gated package; choose from lease, worker, scenarios/oracle`},
+		{"MutationCIRecordOfSomePackages", []string{"mutation", "ci", "--packages", "lease", "--write-record"},
+			"doublerun mutation: --write-record needs every gated package: a record's base covers all of them"},
 		{"HelpUnknownCommand", []string{"help", "nope"},
 			`doublerun help: unknown command "nope"; valid commands: bench, chaos, check, failover, list, mutation, replica, repro, run, stack, version`},
 	} {

@@ -19,6 +19,7 @@ import (
 
 const mutationUsage = `Usage:
   doublerun mutation ci     [--shard K] [--budget D] [--write-record] [--guards=false] [--all-guards]
+                            [--packages LIST]
                             [--record FILE] [--baseline FILE] [--equivalents FILE]
                             [--manifest GLOB] [--out DIR]
   doublerun mutation full   [--packages LIST] [--shard K/N] [--shards N]

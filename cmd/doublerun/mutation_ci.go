@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -49,6 +50,7 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	budget := fs.Duration("budget", 8*time.Minute, "bound on the estimated wall time of the mutants on changed lines outside the shard; a change that would take longer fails at once")
 	shardFlag := fs.Int("shard", 0, "the shard to run, from 1 to the record's shard count; default: 1 + the number of commits in HEAD's history modulo that count")
 	out := fs.String("out", "out/mutation-ci", "directory for gremlins' reports")
+	packages := fs.String("packages", strings.Join(gatedPackages, ","), "the gated packages to run, comma-separated; fewer than all is for a local look, not a gate")
 	guards := fs.Bool("guards", true, "run the named guards too: those of the shard and those whose file, package or manifest changed since the base")
 	allGuards := fs.Bool("all-guards", false, "run every named guard, not only the shard's and the changed ones")
 	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record: this commit as the base, the shard's figures raised")
@@ -66,6 +68,17 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
+	}
+	var pkgs []string
+	for _, p := range strings.Split(*packages, ",") {
+		p = strings.Trim(strings.TrimSpace(p), "./")
+		if !slices.Contains(gatedPackages, p) {
+			return usageError{fmt.Sprintf("--packages: %q is not a gated package; choose from %s", p, strings.Join(gatedPackages, ", "))}
+		}
+		pkgs = append(pkgs, p)
+	}
+	if *write && len(pkgs) < len(gatedPackages) {
+		return usageError{"--write-record needs every gated package: a record's base covers all of them"}
 	}
 	rec, err := mutation.ReadRecord(*recordFile)
 	if err != nil {
@@ -129,7 +142,7 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 
 	run, err := mutation.RunCI(ctx, mutation.CIOptions{
 		Root: root, Gremlins: g.gremlins, Config: filepath.Join(root, ".gremlins.yaml"),
-		Packages: gatedPackages, Whole: wholePackages, Record: rec, Baseline: baseline, Equivalents: eq,
+		Packages: pkgs, Whole: wholePackages, Record: rec, Baseline: baseline, Equivalents: eq,
 		Shard: shard, Budget: *budget, Env: g.env, TempDir: g.tmp, OutDir: outDir,
 		Logf: func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) },
 	})
