@@ -2,10 +2,7 @@ package mutation
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -88,19 +85,7 @@ func TestGuardShard(t *testing.T) {
 // not, tests and data included, and refuses an unknown commit.
 func TestChangedFiles(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "git %v: %s", args, out)
-		return strings.TrimSpace(string(out))
-	}
-	write := func(name, text string) {
-		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(root, name), []byte(text), 0o644))
-	}
-	git("init", "-q")
+	root, git, write := scratchRepo(t)
 	write("lease/a.go", "a\n")
 	write("lease/a_test.go", "t\n")
 	write("worker/w.go", "w\n")

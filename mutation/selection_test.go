@@ -129,19 +129,7 @@ func TestSelectionDiff(t *testing.T) {
 // repository, committed or not, on the new side's line numbers.
 func TestChangedLines(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "git %v: %s", args, out)
-		return strings.TrimSpace(string(out))
-	}
-	write := func(name, text string) {
-		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(root, name), []byte(text), 0o644))
-	}
-	git("init", "-q")
+	root, git, write := scratchRepo(t)
 	write("lease/a.go", "a\nb\nc\n")
 	write("worker/w.go", "w\n")
 	git("add", ".")
@@ -158,4 +146,24 @@ func TestChangedLines(t *testing.T) {
 	require.Equal(t, Selection{"a.go": {2, 4}}, sel)
 	_, err = ChangedLines(t.Context(), root, "no-such-commit", "lease")
 	require.ErrorContains(t, err, "git diff no-such-commit in lease")
+}
+
+// scratchRepo is an empty git repository in a temp dir, with a git
+// command runner and a file writer for it.
+func scratchRepo(t *testing.T) (root string, git func(args ...string) string, write func(name, text string)) {
+	t.Helper()
+	root = t.TempDir()
+	git = func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
+		return strings.TrimSpace(string(out))
+	}
+	write = func(name, text string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, name), []byte(text), 0o644))
+	}
+	git("init", "-q")
+	return root, git, write
 }
