@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
@@ -217,11 +218,48 @@ func (b *dockerBackend) startPostgres(ctx context.Context, user, password, db st
 	req.Env = map[string]string{"POSTGRES_USER": user, "POSTGRES_PASSWORD": password, "POSTGRES_DB": db}
 	req.Cmd = []string{"postgres", "-c", "max_connections=300", "-c", "fsync=off",
 		"-c", "synchronous_commit=off", "-c", "full_page_writes=off"}
+	// The data goes on an anonymous volume, removed with the container.
+	// In the container's own filesystem every write and open of a data
+	// file goes through the storage driver; on a fuse-overlayfs engine
+	// that daemon took more CPU than the tests and Postgres together, and
+	// CREATE DATABASE took 5.4-9.0 s for 20 databases instead of 2.6 s.
+	// A volume survives the container's stop and start, as a restart
+	// needs. Caught by TestDockerKeepsItsDataOnAVolume.
+	pgdata := b.pgdata(ctx)
+	modify := req.HostConfigModifier
+	req.HostConfigModifier = func(hc *container.HostConfig) {
+		modify(hc)
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: pgdata})
+	}
 	n, err := b.run(ctx, "postgres", req)
 	if n == nil {
 		return nil, "", 0, err
 	}
 	return n, "127.0.0.1", hostPort, err
+}
+
+// defaultPGDATA is where the official Postgres images and doublerun's
+// own keep the data.
+const defaultPGDATA = "/var/lib/postgresql/data"
+
+// pgdata is where the Postgres image keeps its data: the PGDATA of its
+// environment, else defaultPGDATA.
+func (b *dockerBackend) pgdata(ctx context.Context) string {
+	res, err := b.cli.ImageInspect(ctx, b.postgresImage)
+	if err != nil || res.Config == nil {
+		return defaultPGDATA
+	}
+	return pgdataOf(res.Config.Env)
+}
+
+// pgdataOf is the PGDATA of an image's environment, else defaultPGDATA.
+func pgdataOf(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PGDATA="); ok && v != "" {
+			return v
+		}
+	}
+	return defaultPGDATA
 }
 
 func (b *dockerBackend) startPgBouncer(ctx context.Context, name string, cfg pgbouncer.Config) (node, string, int, error) {
