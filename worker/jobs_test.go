@@ -430,18 +430,21 @@ func TestJobs(t *testing.T) {
 	t.Run("LeaseDeadlineEndsTheLeaderWork", func(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
-			dl := &deadlineLease{fencingLease: newFencingLease(), trust: 300 * time.Millisecond}
+			// The answer is trusted for 2 s and the visibility timeout is
+			// 6 s, so which of them ended the handler shows. The claim
+			// must come back within the trust: through the test's
+			// one-connection transaction pool, in make test, claims took
+			// longer than 300 ms for 15 s on end. One that misses has its
+			// job claimed again after the visibility timeout, well inside
+			// the 15 s the test waits, where the default 5 min failed it.
+			dl := &deadlineLease{fencingLease: newFencingLease(), trust: 2 * time.Second}
 			var handlerErr, handlerEnds atomic.Value
 			b := jobsSetup(t, db, ep, Config{
-				Lease: dl,
-				// A claim whose answer comes after the 300 ms deadline
-				// (a loaded machine) has its job claimed again after the
-				// visibility timeout: 2 s here, well inside the 15 s the
-				// test waits, where the default 5 min failed it.
-				VisibilityTimeout: 2 * time.Second,
+				Lease:             dl,
+				VisibilityTimeout: 6 * time.Second,
 				Handlers: map[string]Handler{"slow": HandlerFunc(func(ctx context.Context, _ *Job) error {
 					// Read after the claim: no earlier than the
-					// claiming cycle's deadline, at most 300 ms away.
+					// claiming cycle's deadline, at most 2 s away.
 					leaseDeadline := dl.Deadline()
 					ends, _ := ctx.Deadline()
 					<-ctx.Done() // the handler honours its context
