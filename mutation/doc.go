@@ -62,19 +62,21 @@
 // gremlins runs the package's whole test suite once per mutant, so every
 // mutant of lease, worker and scenarios/oracle takes longer than one CI
 // run may. The gate of every submission ([RunCI], `doublerun mutation ci`,
-// make mutation-ci) runs three slices of them instead, and a slice of the
+// make mutation-ci) runs slices of them instead, and a slice of the
 // named guards:
 //
 //	changed lines   every mutant on a line changed since the base
 //	                testdata/mutation/record.json names: each must be
 //	                KILLED, so new code comes with tests that kill it
-//	one shard       the mutants of 1/N of lease's and worker's lines, the
+//	one shard       the mutants of 1/N of the gated packages' lines, the
 //	                shard 1 + (commits in HEAD's history mod N): N
 //	                submissions in a row cover every mutant; a LIVED one
 //	                fails, which is how a deleted assertion, a change to
 //	                no source line, is caught when its shard comes round;
 //	                the shard's figures must reach its record
-//	whole packages  every mutant of scenarios/oracle, pure logic and cheap
+//	whole packages  every mutant of a package cheap enough (CIOptions.Whole;
+//	                none is at present: scenarios/oracle was, until its
+//	                tests checked its SQL on a server)
 //	named guards    every guard whose mutated file, package directory
 //	                (tests and testdata included) or manifest changed
 //	                since the base, and the guards of the same shard
