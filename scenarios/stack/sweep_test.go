@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,43 +42,6 @@ func captureBackendOnce() *backend {
 	var b backend
 	testHookBackend = func(got backend) { b = got }
 	return &b
-}
-
-func TestOwnerGone(t *testing.T) {
-	t.Parallel()
-	me := self()
-	require.NotZero(t, me.Start)
-	require.NotEmpty(t, me.Boot)
-	dead := exec.Command("true")
-	require.NoError(t, dead.Run())
-	deadPID := dead.Process.Pid
-
-	for _, tc := range []struct {
-		name  string
-		owner owner
-		gone  bool
-	}{
-		{"LiveOwnerIsNotGone", me, false},
-		{"DeadPIDIsGone", owner{PID: deadPID, Boot: me.Boot, Host: me.Host}, true},
-		{"ReusedPIDIsGone", owner{PID: me.PID, Start: me.Start + 1, Boot: me.Boot, Host: me.Host}, true},
-		{"EarlierBootIsGone", owner{PID: me.PID, Start: me.Start, Boot: "another-boot", Host: me.Host}, true},
-		{"AnotherHostIsNeverGone", owner{PID: deadPID, Boot: "another-boot", Host: me.Host + "-other"}, false},
-		{"NoPIDIsNeverGone", owner{Boot: "another-boot", Host: me.Host}, false},
-		{"BarePIDOfALiveProcessIsNotGone", owner{PID: me.PID}, false},
-		{"BarePIDOfADeadProcessIsGone", owner{PID: deadPID}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.gone, tc.owner.gone(me))
-		})
-	}
-}
-
-func TestOwnerRecordsRoundTrip(t *testing.T) {
-	t.Parallel()
-	me := self()
-	require.Equal(t, me, parseOwner(me.encode()), "owner file")
-	require.Equal(t, me, ownerFromLabels(me.labels()), "docker labels")
-	require.Equal(t, owner{PID: 42}, parseOwner("42"), "the bare PID earlier versions wrote")
 }
 
 // A doublerun process that is SIGKILLed never reaches Close. Its servers
