@@ -33,9 +33,9 @@ const mutationUsage = `Usage:
 
 ci      the gate of every submission (make mutation-ci): gremlins on every
         mutant of the lines changed since the base that
-        testdata/mutation/record.json names, on one shard of lease's and
-        worker's lines in turn (1 + commits modulo shards) and on every
-        mutant of scenarios/oracle, then the named guards whose file,
+        testdata/mutation/record.json names and on one shard of the
+        lines of lease, worker and scenarios/oracle in turn (1 + commits
+        modulo shards), then the named guards whose file,
         package or manifest changed since the base and those of the
         shard (--all-guards for every one), all on one shared stack. A
         mutant of a changed line must be KILLED; a LIVED
