@@ -401,6 +401,13 @@ func (f *Fenced) failed(ctx context.Context, err error) (Result, error) {
 // ensureConn connects, within ConnectTimeout, if the lease has no
 // connection.
 func (f *Fenced) ensureConn(ctx context.Context) error {
+	// pgx closes a connection whose statement a context ended mid-answer,
+	// as the end of Acquire's bound can end the question how long the
+	// term has left: the next statement starts on a fresh one rather than
+	// failing on it. Caught by TestFencedConnect/ClosedConnectionIsReplaced.
+	if c, ok := f.conn.(interface{ IsClosed() bool }); ok && c.IsClosed() {
+		f.resetConn(ctx)
+	}
 	if f.conn != nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -55,6 +56,24 @@ func TestFencedConnect(t *testing.T) {
 		res := mustTry(t, b.ctx, l)
 		require.Equal(t, Leader, res.Status, "poll after a slow connect: %v", res.Err)
 		require.NotZero(t, res.Term.Token)
+	})
+
+	// A connection pgx closed (a context ended its statement mid-answer)
+	// is replaced before the next statement. On it, the wait's last try
+	// was Faulted ("grant: conn closed") where it should have been
+	// Follower, when the bound of a wait ended during the question how
+	// long the term had left (make test, two CPU-bound packages).
+	t.Run("ClosedConnectionIsReplaced", func(t *testing.T) {
+		t.Parallel()
+		b := setupServer(t)
+		l := newFencedT(t, b.db, b.db.Postgres, "a")
+		require.Equal(t, Leader, mustTry(t, b.ctx, l).Status)
+		pc, ok := l.conn.(*pgx.Conn)
+		require.True(t, ok)
+		require.NoError(t, pc.Close(b.ctx))
+		res := mustTry(t, b.ctx, l)
+		require.Equal(t, Leader, res.Status, "the renewal after pgx closed the connection: %v", res.Err)
+		require.NotSame(t, pc, l.conn, "a fresh connection")
 	})
 
 	t.Run("ConnectTimeoutBoundsTheConnect", func(t *testing.T) {
