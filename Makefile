@@ -100,9 +100,10 @@ repro-556:
 	$(GO) run ./cmd/doublerun repro 556 --out reports/repro-556 --versions "$(REPRO_VERSIONS)"
 
 ## mutation-ci: the gate of every submission (.ci/run runs it): gremlins on
-## the lines changed since testdata/mutation/record.json's base, on one
-## shard of lease and worker in turn and on all of scenarios/oracle, then
-## every named guard, on one shared stack (doublerun mutation ci).
+## the lines changed since testdata/mutation/record.json's base and on one
+## shard of lease, worker and scenarios/oracle in turn, then the named
+## guards the change touched and those of the shard, on one shared stack
+## (doublerun mutation ci).
 mutation-ci:
 	$(GO) run ./cmd/doublerun mutation ci
 
