@@ -45,12 +45,14 @@ func TestFencedConnect(t *testing.T) {
 	// budget) the grant statement alone overran its budget in make test
 	// at load average 14, so the replica was Faulted for a reason this
 	// test is not about. A 2s TTL gives the statement 1.6s, and the
-	// connect still takes longer than that.
+	// connect still takes longer than that. The connect's own bound is
+	// well past the delay: with the default 5 s, the 4 s delay left the
+	// login itself 1 s, and in make test a SCRAM login took longer.
 	t.Run("SlowConnectStillLeads", func(t *testing.T) {
 		t.Parallel()
 		b := setupServer(t)
 		const ttl = 2 * time.Second // TTL - Margin is 1.6s
-		l := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(ttl))
+		l := newFencedT(t, b.db, b.db.Postgres, "a", withTTL(ttl), func(c *FencedConfig) { c.ConnectTimeout = 2*ttl + 15*time.Second })
 		slowConnect(l, 2*ttl)
 		l.resetConn(b.ctx) // as after a poll that timed out
 		res := mustTry(t, b.ctx, l)
