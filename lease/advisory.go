@@ -367,7 +367,7 @@ func (a *Advisory) stillHeld(ctx context.Context) (bool, error) {
 // acquire connects if needed, tries the lock (or, with wait, waits for it)
 // and, when it is granted, takes a fencing token.
 func (a *Advisory) acquire(ctx context.Context, wait bool) (Result, error) {
-	if c, ok := a.conn.(interface{ IsClosed() bool }); ok && c.IsClosed() {
+	if connClosed(a.conn) {
 		a.reset(ctx)
 	}
 	if a.conn == nil {

@@ -64,6 +64,13 @@ func isLockTimeout(err error) bool {
 // sends a Terminate message; a half-open socket must not stall a poll.
 const closeTimeout = time.Second
 
+// connClosed says whether pgx has closed c: it does so when a context ends
+// a statement mid-answer, and every later statement on c fails.
+func connClosed(c conn) bool {
+	cc, ok := c.(interface{ IsClosed() bool })
+	return ok && cc.IsClosed()
+}
+
 func closeConn(ctx context.Context, c conn) {
 	if c == nil {
 		return

@@ -405,7 +405,7 @@ func (f *Fenced) ensureConn(ctx context.Context) error {
 	// as the end of Acquire's bound can end the question how long the
 	// term has left: the next statement starts on a fresh one rather than
 	// failing on it. Caught by TestFencedConnect/ClosedConnectionIsReplaced.
-	if c, ok := f.conn.(interface{ IsClosed() bool }); ok && c.IsClosed() {
+	if connClosed(f.conn) {
 		f.resetConn(ctx)
 	}
 	if f.conn != nil {
