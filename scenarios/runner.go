@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,9 @@ type RunOptions struct {
 	// leaderWait, for tests, is how long a run waits for the first piece
 	// of leader work; default 30s.
 	leaderWait time.Duration
+	// inFlightWait, for tests, bounds the wait for the pieces a fault's
+	// heal left in flight; default inFlightWait.
+	inFlightWait time.Duration
 }
 
 // Run runs one scenario and judges it, and returns what it measured as
@@ -131,15 +135,21 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		if err := wait.Sleep(ctx, r.sc.Duration/3); err != nil {
 			return nil, err
 		}
-		if err := r.inject(ctx, f); err != nil {
+		healed, err := r.inject(ctx, f)
+		if err != nil {
 			return nil, err
 		}
 		// A fault that took longer than planned (a restart on a loaded
 		// machine) still leaves the replicas a TTL and a second to recover
 		// in before the measurement ends, as CellDuration plans for.
 		measureEnd = later(measureEnd, time.Now().Add(r.sc.TTL+time.Second))
-	}
-	if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
+		if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
+			return nil, err
+		}
+		if err := r.awaitInFlight(ctx, healed); err != nil {
+			return nil, err
+		}
+	} else if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
 		return nil, err
 	}
 	end, err := oracle.LogEvent(ctx, r.conn, oracle.EventMeasureEnd, "", "")
@@ -159,20 +169,77 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 }
 
 // inject runs f, logging on the oracle's clock when it began and when it
-// had recovered. The measurement keeps running meanwhile.
-func (r *run) inject(ctx context.Context, f fault.Fault) error {
+// had recovered, and returns the latter. The measurement keeps running
+// meanwhile.
+func (r *run) inject(ctx context.Context, f fault.Fault) (time.Time, error) {
 	fctx, cancel := context.WithTimeout(ctx, fault.TimeoutOf(f))
 	defer cancel()
 	leader, _ := r.Leader(fctx)
 	if _, err := oracle.LogEvent(ctx, r.conn, oracle.EventFault, leader.ID, f.Name()); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	r.log.Info("fault", "name", f.Name(), "leader", leader.ID)
 	if err := f.Inject(fctx, r); err != nil {
-		return fmt.Errorf("fault %s: %w", f.Name(), err)
+		return time.Time{}, fmt.Errorf("fault %s: %w", f.Name(), err)
 	}
-	_, err := oracle.LogEvent(ctx, r.conn, oracle.EventHealed, leader.ID, f.Name())
-	return err
+	return oracle.LogEvent(ctx, r.conn, oracle.EventHealed, leader.ID, f.Name())
+}
+
+// inFlightWait bounds how long a measurement goes on, past its planned
+// end, for the pieces of work a fault's heal left in flight.
+const inFlightWait = 30 * time.Second
+
+// awaitInFlight extends the measurement until every live replica's piece
+// of work that was open when the fault healed has ended. Such a piece is
+// what the fault was about: a resumed holder's late write, a write that
+// hung behind a partition or a pause. How long it takes to end after the
+// heal is up to the machine's load (a frozen holder's piece took 10 s
+// past a 6 s plan beside two CPU hogs), so the run waits for the event
+// instead of assuming a time. A replica that is gone (killed) never ends
+// its piece and is not waited for. Past inFlightWait the run ends anyway,
+// and an event names the pieces still open. Caught by
+// TestAwaitInFlight/WaitsForAPieceOpenAtTheHeal.
+func (r *run) awaitInFlight(ctx context.Context, healed time.Time) error {
+	bound := cmp.Or(r.opts.inFlightWait, inFlightWait)
+	deadline := time.Now().Add(bound)
+	for {
+		open, err := oracle.OpenWork(ctx, r.conn, healed)
+		if err != nil {
+			return err
+		}
+		live := r.running(open)
+		if len(live) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_, err := oracle.LogEvent(ctx, r.conn, oracle.EventChaos, live[0],
+				fmt.Sprintf("pieces of %s open at the heal had not ended %s after the planned end of the measurement", strings.Join(live, ", "), bound))
+			return err
+		}
+		if err := wait.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// running returns those of ids whose replica process has not ended.
+func (r *run) running(ids []string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		for _, rp := range r.replicas {
+			if rp.id != id {
+				continue
+			}
+			select {
+			case <-rp.done:
+			default:
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }
 
 func later(a, b time.Time) time.Time {

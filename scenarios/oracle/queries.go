@@ -54,6 +54,19 @@ func WorkBegun(ctx context.Context, db Querier, replica string, within time.Dura
 	return begun, nil
 }
 
+// OpenWork returns the replicas that are in a piece of leader work begun
+// at or before at on the oracle's clock and not ended yet, in the order
+// the pieces began: what a fault's heal left in flight.
+func OpenWork(ctx context.Context, db Querier, at time.Time) ([]string, error) {
+	var replicas []string
+	err := db.QueryRow(ctx, `SELECT coalesce(array_agg(replica ORDER BY started_at, id), '{}') FROM `+workTable+`
+		WHERE ended_at IS NULL AND started_at <= $1`, at).Scan(&replicas)
+	if err != nil {
+		return nil, fmt.Errorf("oracle: open work: %w", err)
+	}
+	return replicas, nil
+}
+
 // AnyWork reports whether any replica has begun a piece of leader work.
 func AnyWork(ctx context.Context, db Querier) (bool, error) {
 	var found bool

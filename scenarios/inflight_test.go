@@ -1,0 +1,95 @@
+package scenarios
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+)
+
+// The measurement goes on past its planned end for a piece a fault's heal
+// left in flight, on a real oracle: a resumed holder's late write is what
+// a freeze is about, and a loaded machine can delay it by seconds.
+func TestAwaitInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := stacktest.NewDB(t)
+	conn := stacktest.Connect(t, db.Postgres)
+	require.NoError(t, oracle.Migrate(ctx, conn))
+	pool, err := pgxpool.New(ctx, db.Postgres.DSN)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	rec, err := oracle.NewRecorder(ctx, db.Postgres.DSN, "r1")
+	require.NoError(t, err)
+	t.Cleanup(rec.Close)
+
+	// setup opens a piece of r1's, then the heal, and returns a run whose
+	// replica r1 is alive or not.
+	setup := func(t *testing.T, alive bool, bound time.Duration) (*run, int64, time.Time) {
+		t.Helper()
+		_, err := pool.Exec(ctx, "TRUNCATE doublerun_oracle_work, doublerun_oracle_events")
+		require.NoError(t, err)
+		piece, err := rec.Begin(ctx, 1, 0)
+		require.NoError(t, err)
+		healed, err := oracle.LogEvent(ctx, pool, oracle.EventHealed, "r1", "FREEZE_LEADER")
+		require.NoError(t, err)
+		rp := &replica{id: "r1", done: make(chan struct{})}
+		if !alive {
+			close(rp.done)
+		}
+		return &run{conn: pool, replicas: []*replica{rp}, opts: RunOptions{inFlightWait: bound}}, piece, healed
+	}
+
+	t.Run("WaitsForAPieceOpenAtTheHeal", func(t *testing.T) {
+		r, piece, healed := setup(t, true, time.Minute)
+		done := make(chan error, 1)
+		go func() { done <- r.awaitInFlight(ctx, healed) }()
+		select {
+		case err := <-done:
+			t.Fatalf("the wait ended with r1's piece still open (%v)", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		require.NoError(t, rec.End(ctx, piece))
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the wait did not end with the piece")
+		}
+	})
+	// A wait that ran into its bound says so in an event; these two must
+	// end without one.
+	noBoundEvent := func(t *testing.T) {
+		t.Helper()
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM doublerun_oracle_events WHERE kind = $1", oracle.EventChaos).Scan(&n))
+		require.Zero(t, n, "the wait ran into its bound")
+	}
+	t.Run("ADeadReplicaIsNotWaitedFor", func(t *testing.T) {
+		r, piece, healed := setup(t, false, 2*time.Second)
+		defer func() { _ = rec.End(ctx, piece) }()
+		require.NoError(t, r.awaitInFlight(ctx, healed), "a killed replica never ends its piece")
+		noBoundEvent(t)
+	})
+	t.Run("ThePieceBegunAfterTheHealIsNotWaitedFor", func(t *testing.T) {
+		r, piece, healed := setup(t, true, 2*time.Second)
+		require.NoError(t, rec.End(ctx, piece))
+		_, err := rec.Begin(ctx, 2, 0)
+		require.NoError(t, err)
+		require.NoError(t, r.awaitInFlight(ctx, healed))
+		noBoundEvent(t)
+	})
+	t.Run("ItsBoundEndsTheWaitWithAnEvent", func(t *testing.T) {
+		r, piece, healed := setup(t, true, 200*time.Millisecond)
+		defer func() { _ = rec.End(ctx, piece) }()
+		require.NoError(t, r.awaitInFlight(ctx, healed))
+		var detail string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT detail FROM doublerun_oracle_events WHERE kind = $1", oracle.EventChaos).Scan(&detail))
+		require.Contains(t, detail, "pieces of r1 open at the heal had not ended 200ms after")
+	})
+}
