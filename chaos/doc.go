@@ -74,7 +74,7 @@
 //	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
 //	KILL_LEADER               safe                   safe                   safe                   safe
 //	FREEZE_LEADER             safe                   safe                   safe                   fenced
-//	PARTITION_LEADER          safe                   fenced                 safe                   fenced
+//	PARTITION_LEADER          fenced                 fenced                 fenced                 fenced
 //	DELAY_LEADER              safe                   safe                   safe                   fenced
 //	PGBOUNCER_PAUSE           -                      -                      -                      -
 //	PGBOUNCER_KILL            -                      -                      -                      -
@@ -139,7 +139,7 @@
 //	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
 //	KILL_LEADER               safe                   safe                   safe                   safe
 //	FREEZE_LEADER             safe                   safe                   safe                   fenced
-//	PARTITION_LEADER          safe                   fenced                 safe                   fenced
+//	PARTITION_LEADER          fenced                 fenced                 fenced                 fenced
 //	DELAY_LEADER              safe                   safe                   safe                   fenced
 //	PGBOUNCER_PAUSE           safe                   safe                   safe                   fenced
 //	PGBOUNCER_KILL            safe                   safe                   safe                   safe
