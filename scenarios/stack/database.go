@@ -22,10 +22,24 @@ func (s *Stack) CreateDatabase(ctx context.Context, prefix string) (string, erro
 		return "", fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+copyStrategy(conn.PgConn().ParameterStatus("server_version"))); err != nil {
 		return "", fmt.Errorf("create database %s: %w", name, err)
 	}
 	return name, nil
+}
+
+// copyStrategy is the STRATEGY clause of a test database's CREATE
+// DATABASE on a server of version v: FILE_COPY from Postgres 15 on, where
+// the default became WAL_LOG, which writes the whole template through the
+// WAL. The stacks run without fsync, so FILE_COPY's checkpoints are cheap:
+// 10 databases took 1.5 to 2.2 s with it and 3.6 to 4.7 s without, on the
+// docker stack beside make test. Before 15 there is no clause to give.
+func copyStrategy(v string) string {
+	var major int
+	if _, err := fmt.Sscanf(v, "%d", &major); err == nil && major >= 15 {
+		return " STRATEGY FILE_COPY"
+	}
+	return ""
 }
 
 // DropDatabase drops the database called name, if it exists, ending every
