@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 )
 
 // saved is the directory of reports of real runs.
@@ -136,4 +141,60 @@ func TestCheckWithoutReportsIsAUsageError(t *testing.T) {
 	_, stderr, code = cli(t, nil, "check", "--strict", saved)
 	require.Equal(t, 2, code)
 	require.True(t, strings.HasPrefix(stderr, "doublerun check: unknown flag --strict"), stderr)
+}
+
+// A report written back by `jq -c .` or by Python's json.load and
+// json.dump is the same report: check agrees with every saved one after
+// either, as with the originals. reporttest's JQ and Python, which Check
+// applies to every report the tests write, reprint numbers as these
+// tools do.
+func TestCheckAgreesAfterJQAndPython(t *testing.T) {
+	t.Parallel()
+	jq, err := exec.LookPath("jq")
+	require.NoError(t, err, "install jq (apt-get install jq): users post-process reports with it")
+	dirs, err := os.ReadDir(saved)
+	require.NoError(t, err)
+	out := t.TempDir()
+	n := 0
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		n++
+		src := filepath.Join(saved, d.Name(), "report.json")
+		data, err := os.ReadFile(src)
+		require.NoError(t, err)
+		for tool, run := range map[string]*exec.Cmd{
+			"jq":     exec.Command(jq, "-c", ".", src),
+			"python": exec.Command("python3", "-c", "import json, sys; json.dump(json.load(open(sys.argv[1])), sys.stdout)", src),
+		} {
+			written, err := run.Output()
+			require.NoError(t, err, tool)
+			require.NotEqual(t, string(data), string(written))
+			p := filepath.Join(out, tool, d.Name(), "report.json")
+			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+			require.NoError(t, os.WriteFile(p, written, 0o644))
+			emulate := map[string]func([]byte) ([]byte, error){"jq": reporttest.JQ, "python": reporttest.Python}[tool]
+			mine, err := emulate(data)
+			require.NoError(t, err)
+			require.Equal(t, canonical(t, written), canonical(t, mine), "reporttest's %s writes numbers as %s does", tool, tool)
+		}
+	}
+	for _, tool := range []string{"jq", "python"} {
+		stdout, stderr, code := cli(t, nil, "check", filepath.Join(out, tool))
+		require.Zero(t, code, "after %s:\n%s%s", tool, stdout, stderr)
+		require.Contains(t, stdout, fmt.Sprintf("check: %d agree, 0 differ, 0 refused\n", n))
+	}
+}
+
+// canonical is JSON data with its numbers as written and its keys sorted.
+func canonical(t *testing.T, data []byte) string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	require.NoError(t, dec.Decode(&v))
+	out, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(out)
 }

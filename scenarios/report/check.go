@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/big"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
@@ -131,9 +134,63 @@ func (r *Recomputed) diff(path string, file, again any) {
 		return
 	}
 	r.Figures++
-	if show(file) != show(again) {
+	if !same(file, again) {
 		r.Diffs = append(r.Diffs, fmt.Sprintf("%s: report %s, recomputed %s", path, show(file), show(again)))
 	}
+}
+
+// same reports whether the report's value is the recomputed one: numbers
+// as numbers, at the precision the report stores them (the recomputed
+// text's decimals: "0" and "0.0" are the 0.000 of a duration, as jq and
+// Python write it back), times as instants, anything else as JSON. A
+// figure reformatted by a tool a user post-processes reports with is the
+// same figure. Caught by TestCheckComparesValuesNotText.
+func same(file, again any) bool {
+	switch a := again.(type) {
+	case json.Number:
+		f, ok := file.(json.Number)
+		return ok && sameNumber(string(f), string(a))
+	case string:
+		f, ok := file.(string)
+		if !ok {
+			return false
+		}
+		tf, errF := time.Parse(time.RFC3339Nano, f)
+		ta, errA := time.Parse(time.RFC3339Nano, a)
+		if errF == nil && errA == nil {
+			return tf.Equal(ta)
+		}
+		return f == a
+	}
+	return show(file) == show(again)
+}
+
+// sameNumber compares the report's number with the recomputed one,
+// rounded (half away from zero) to the recomputed one's decimals.
+func sameNumber(file, again string) bool {
+	f, okF := new(big.Rat).SetString(file)
+	a, okA := new(big.Rat).SetString(again)
+	if !okF || !okA {
+		return file == again
+	}
+	decimals := 0
+	if i := strings.IndexByte(again, '.'); i >= 0 && !strings.ContainsAny(again, "eE") {
+		decimals = len(again) - i - 1
+	} else if strings.ContainsAny(again, "eE") {
+		return f.Cmp(a) == 0
+	}
+	return roundTo(f, decimals).Cmp(a) == 0
+}
+
+// roundTo is r rounded half away from zero to decimals places.
+func roundTo(r *big.Rat, decimals int) *big.Rat {
+	scale := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(decimals)), nil)
+	x := new(big.Rat).Mul(r, new(big.Rat).SetInt(scale))
+	q, m := new(big.Int).QuoRem(x.Num(), x.Denom(), new(big.Int))
+	if m.Abs(m).Lsh(m, 1).Cmp(x.Denom()) >= 0 {
+		q.Add(q, big.NewInt(int64(x.Sign())))
+	}
+	return new(big.Rat).SetFrac(q, scale)
 }
 
 // show is a JSON value as the report would write it; "none" for a
