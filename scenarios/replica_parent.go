@@ -226,10 +226,12 @@ func (r *run) stopReplicas(ctx context.Context) {
 		if ctx.Err() != nil {
 			why = "the run was interrupted before it stopped"
 		}
+		// Killed, then logged: every record the replica made comes before
+		// its death in the history, which doublerun check relies on.
+		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
 		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_, _ = oracle.LogEvent(ectx, r.conn, oracle.EventReplicaKilled, rp.id, why)
 		ecancel()
-		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
 		<-rp.done
 	}
 }

@@ -72,5 +72,5 @@ func TestCheckComparesValuesNotText(t *testing.T) {
 		}
 		checked++
 	}
-	require.Equal(t, 4, checked)
+	require.Equal(t, 5, checked)
 }
