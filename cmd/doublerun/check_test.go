@@ -226,9 +226,9 @@ func TestCheckRefusesMissingEvidence(t *testing.T) {
 			delete(r["history"].(map[string]any), "token_ops")
 		}), "evidence missing: history.token_ops is empty, yet strategy fenced has the runner record every grant of its token (table doublerun_leases); without them the fence cannot be checked"},
 		{"FencedWritesWithoutTokenOperations", forged(t, dir, name, func(r *scenarios.Report) {
-			r.Scenario.Strategy = "my-lease" // a strategy registered by the user's own binary: no table known
+			r.Scenario.Strategy = "my-lease" // registered by the user's own binary, not this one
 			r.History.TokenOps = nil
-		}), "evidence missing: history.token_ops is empty, yet 17 writes are marked fenced; without the token's grants the fence cannot be checked"},
+		}), "evidence missing: history.token_ops is empty, yet 17 writes are marked fenced and strategy my-lease is not one this doublerun knows; without the token's grants the fence cannot be checked: check the report with the binary that registers my-lease"},
 		{"AWriteOutsideWork", forged(t, dir, name, func(r *scenarios.Report) {
 			r.History.Intervals = notR2(r.History.Intervals)
 			r.Scenario.Expect = scenarios.ExpectReproduces

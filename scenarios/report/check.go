@@ -107,16 +107,20 @@ func evidence(rep *scenarios.Report) error {
 			fenced++
 		}
 	}
-	if len(h.TokenOps) == 0 {
-		// A built-in strategy with a token table has the runner record
-		// every grant of it; a replica command need not use the table.
-		// Caught by TestCheckRefusesMissingEvidence/NoTokenOperations.
-		if table := scenarios.StrategyTokenTable(rep.Scenario.Strategy); table != "" && rep.Scenario.Replica == nil {
+	if len(h.TokenOps) == 0 && rep.Scenario.Replica == nil {
+		// A built-in replica's strategy with a token table has the runner
+		// record every grant of it (a replica command need not use the
+		// table). Caught by TestCheckRefusesMissingEvidence/NoTokenOperations.
+		table, known := scenarios.StrategyTokenTable(rep.Scenario.Strategy)
+		if table != "" {
 			return fmt.Errorf("%w: history.token_ops is empty, yet strategy %s has the runner record every grant of its token (table %s); without them the fence cannot be checked", ErrEvidence, rep.Scenario.Strategy, table)
 		}
-		// Caught by TestCheckRefusesMissingEvidence/FencedWritesWithoutTokenOperations.
-		if fenced > 0 {
-			return fmt.Errorf("%w: history.token_ops is empty, yet %d writes are marked fenced; without the token's grants the fence cannot be checked", ErrEvidence, fenced)
+		// Fenced writes of a strategy this binary does not know: whether
+		// it has a token table only the binary that registers it can
+		// say. Caught by
+		// TestCheckRefusesMissingEvidence/FencedWritesWithoutTokenOperations.
+		if fenced > 0 && !known {
+			return fmt.Errorf("%w: history.token_ops is empty, yet %d writes are marked fenced and strategy %s is not one this doublerun knows; without the token's grants the fence cannot be checked: check the report with the binary that registers %s", ErrEvidence, fenced, rep.Scenario.Strategy, rep.Scenario.Strategy)
 		}
 	}
 	work := map[string][]oracle.Interval{}
