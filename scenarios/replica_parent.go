@@ -145,11 +145,26 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 	return nil
 }
 
+// waitSaid is how often waitForLeader says that it is still waiting:
+// replicas that start normally report work well within it.
+const waitSaid = 5 * time.Second
+
 // waitForLeader waits for the first piece of leader work and starts the
 // measurement there, so start-up time is not counted as leaderless.
 func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 	deadline := time.Now().Add(cmp.Or(r.opts.leaderWait, leaderWait))
+	// A replica that reports nothing holds the run for the whole wait,
+	// however short its duration: say so once the wait is longer than a
+	// start-up, and again as it goes on.
+	began := time.Now()
+	say := began.Add(waitSaid)
 	for {
+		if time.Now().After(say) {
+			r.log.Info("waiting for leader work", "scenario", r.sc.Name, "waited", time.Since(began).Round(time.Second),
+				"up_to", cmp.Or(r.opts.leaderWait, leaderWait),
+				"why", "the measurement starts at the first piece of leader work a replica reports; none has yet")
+			say = say.Add(waitSaid)
+		}
 		led, err := oracle.AnyWork(ctx, r.conn)
 		if err != nil {
 			return time.Time{}, err
@@ -208,7 +223,8 @@ func (r *run) stopReplicas(ctx context.Context) {
 	}
 	// One deadline, shared: a channel from time.After fires once, and the
 	// replicas after the first that needed it would wait for ever.
-	// Caught by TestStopKillsEveryReplicaAtOneDeadline.
+	// Caught by TestStopKillsEveryReplicaAtOneDeadline, and the context by
+	// TestRunInterruptedDuringTheGracePeriod.
 	deadline, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	for _, rp := range reps {

@@ -382,6 +382,47 @@ func TestRunInterruptedDuringTheGracePeriod(t *testing.T) {
 	}
 }
 
+// A replica command that cannot be judged gets its exit code and a first
+// line that says what it did and what to do, in the style of
+// TestEachInputGetsItsExitCodeAndFirstLine; these need a stack. A run
+// that waits for leader work says so while it waits, and why.
+func TestReplicaCommandGetsItsExitCodeAndFirstLine(t *testing.T) {
+	t.Parallel()
+	const base = `"strategy": "advisory", "topology": {"kind": "direct"}, "expect": "safe", "replicas": 1, "duration": "3s"`
+	for _, tc := range []struct {
+		name    string
+		file    string
+		code    int
+		first   string
+		waiting bool // the log says it waits for leader work
+	}{
+		{"ExitsZeroAtOnceWithNoOutput", `{` + base + `, "replica": {"command": ["true"]}}`, 1,
+			`doublerun run: replica r1: command "true" exited before any leader work was reported (exit status 0) with no output; fix the command so that it keeps running as a replica (its output: out/case/replicas/r1.log)`, false},
+		{"NeverReportsWork", `{` + base + `, "replica": {"command": ["sleep", "600"]}}`, 1,
+			"doublerun run: scenario case: verdict failed: no leader work was reported: in 30s no replica command called doublerun.work_begin; " +
+				"make the lease call it (on " + scenarios.EnvOracleDSN + ") when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "case.json"), []byte(tc.file), 0o644))
+			cmd := cliCommand(t, stacktest.ShareEnv(), "run", "--file", "case.json", "--out", "out")
+			cmd.Dir = dir
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			_ = cmd.Run()
+			require.Equal(t, tc.code, cmd.ProcessState.ExitCode(), "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+			first, _, _ := strings.Cut(messages(stderr.String()), "\n")
+			require.Equal(t, tc.first, first)
+			if tc.waiting {
+				require.Regexp(t, `msg="waiting for leader work" scenario=case waited=\d+s up_to=30s why="the measurement starts at the first piece of leader work a replica reports; none has yet"`, stderr.String())
+			} else {
+				require.NotContains(t, stderr.String(), "waiting for leader work")
+			}
+		})
+	}
+}
+
 // proc is a process seen in /proc: its PID, its start time (so that a
 // reused PID is not taken for it) and its command line.
 type proc struct {
