@@ -229,6 +229,11 @@ func TestCheckRefusesMissingEvidence(t *testing.T) {
 			r.Scenario.Strategy = "my-lease" // registered by the user's own binary, not this one
 			r.History.TokenOps = nil
 		}), "evidence missing: history.token_ops is empty, yet 17 writes are marked fenced and strategy my-lease is not one this doublerun knows; without the token's grants the fence cannot be checked: check the report with the binary that registers my-lease"},
+		{"FencedWritesOfACommandWithoutTokenOperations", forged(t, dir, name, func(r *scenarios.Report) {
+			r.Scenario.Replica = &scenarios.ReplicaCommand{Command: []string{"my-lease"}}
+			r.Protocol = &scenarios.ProtocolInfo{Mode: scenarios.ModeSQL}
+			r.History.TokenOps = nil
+		}), "evidence missing: history.token_ops is empty, yet 17 writes of the replica commands are marked fenced; a write is fenced only under a token granted in the strategy's token table, whose grants are missing"},
 		{"AWriteOutsideWork", forged(t, dir, name, func(r *scenarios.Report) {
 			r.History.Intervals = notR2(r.History.Intervals)
 			r.Scenario.Expect = scenarios.ExpectReproduces
