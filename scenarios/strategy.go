@@ -192,12 +192,12 @@ func lookupStrategy(name string) (Strategy, bool) {
 }
 
 // StrategyTokenTable is the token table of the strategy registered as
-// name, empty for one that has none; known says whether name is
-// registered in this binary. A report of a run of such a strategy holds
-// the grants the runner recorded in its table.
-func StrategyTokenTable(name string) (table string, known bool) {
-	s, known := lookupStrategy(name)
-	return s.TokenTable, known
+// name, empty for one that has none or is not registered in this binary:
+// a report of a run of a strategy with one holds the grants the runner
+// recorded there.
+func StrategyTokenTable(name string) string {
+	s, _ := lookupStrategy(name)
+	return s.TokenTable
 }
 
 // CheckStrategyTopology returns nil when strategy takes topology k's lease
