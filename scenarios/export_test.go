@@ -21,3 +21,10 @@ func WithLeaderWait(opts RunOptions, d time.Duration) RunOptions {
 
 // GroupAlive exposes groupAlive to the tests.
 func GroupAlive(pgid int) bool { return groupAlive(pgid) }
+
+// WithStopGrace returns opts whose run gives its replicas d to stop after
+// SIGTERM before it kills them.
+func WithStopGrace(opts RunOptions, d time.Duration) RunOptions {
+	opts.stopGrace = d
+	return opts
+}

@@ -162,12 +162,16 @@ func groupOutlives(pgid int) bool {
 // exitedAtOnce is the one line for a command that exited before any
 // leader work was reported: its status and the last line it printed.
 func (r *run) exitedAtOnce(rp *replica) error {
-	last := lastLine(rp.log)
-	if last != "" {
-		last = fmt.Sprintf(", its last line: %q", last)
+	status := "exit status 0" // what a shell says of a command that succeeded
+	if rp.err != nil {
+		status = rp.err.Error()
 	}
-	return fmt.Errorf("replica %s: command %q exited before any leader work was reported (%v)%s; fix the command so that it keeps running as a replica (its output: %s)",
-		rp.id, strings.Join(r.sc.Replica.Command, " "), rp.err, last, rp.log)
+	last := " with no output"
+	if l := lastLine(rp.log); l != "" {
+		last = fmt.Sprintf(", its last line: %q", l)
+	}
+	return fmt.Errorf("replica %s: command %q exited before any leader work was reported (%s)%s; fix the command so that it keeps running as a replica (its output: %s)",
+		rp.id, strings.Join(r.sc.Replica.Command, " "), status, last, rp.log)
 }
 
 // lastLine is the last non-empty line of the file at path.

@@ -145,11 +145,26 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 	return nil
 }
 
+// waitSaid is how often waitForLeader says that it is still waiting:
+// replicas that start normally report work well within it.
+const waitSaid = 5 * time.Second
+
 // waitForLeader waits for the first piece of leader work and starts the
 // measurement there, so start-up time is not counted as leaderless.
 func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 	deadline := time.Now().Add(cmp.Or(r.opts.leaderWait, leaderWait))
+	// A replica that reports nothing holds the run for the whole wait,
+	// however short its duration: say so once the wait is longer than a
+	// start-up, and again as it goes on.
+	began := time.Now()
+	say := began.Add(waitSaid)
 	for {
+		if time.Now().After(say) {
+			r.log.Info("waiting for leader work", "scenario", r.sc.Name, "waited", time.Since(began).Round(time.Second),
+				"up_to", cmp.Or(r.opts.leaderWait, leaderWait),
+				"why", "the measurement starts at the first piece of leader work a replica reports; none has yet")
+			say = say.Add(waitSaid)
+		}
 		led, err := oracle.AnyWork(ctx, r.conn)
 		if err != nil {
 			return time.Time{}, err
@@ -186,25 +201,54 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 	}
 }
 
-// stopReplicas asks every replica to stop, then kills those that do not.
+// stopGrace is how long the replicas have, from the SIGTERM to their
+// groups, to stop before the runner kills what is left: one deadline for
+// all of them, so a run stops within it however many replicas ignore the
+// signal.
+const stopGrace = 15 * time.Second
+
+// stopReplicas asks every replica to stop, then kills those that have not
+// when the grace period ends, or at once when ctx is cancelled (Ctrl-C):
+// a user who interrupts does not wait for the grace.
 func (r *run) stopReplicas(ctx context.Context) {
 	r.mu.Lock()
 	reps := append([]*replica(nil), r.replicas...)
 	r.mu.Unlock()
+	grace := cmp.Or(r.opts.stopGrace, stopGrace)
+	r.log.Info("stopping replicas", "scenario", r.sc.Name, "grace", grace)
 	for _, rp := range reps {
 		// The whole group: a command's children stop with it.
 		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGCONT) // a frozen replica cannot stop
 		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGTERM)
 	}
-	timeout := time.After(15 * time.Second)
+	// One deadline, shared: a channel from time.After fires once, and the
+	// replicas after the first that needed it would wait for ever.
+	// Caught by TestStopKillsEveryReplicaAtOneDeadline, and the context by
+	// TestRunInterruptedDuringTheGracePeriod.
+	deadline, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
 	for _, rp := range reps {
 		select {
 		case <-rp.done:
-		case <-timeout:
-			_, _ = oracle.LogEvent(context.WithoutCancel(ctx), r.conn, oracle.EventReplicaKilled, rp.id, "did not stop within 15s")
-			_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
-			<-rp.done
+			continue
+		case <-deadline.Done():
 		}
+		select {
+		case <-rp.done:
+			continue
+		default:
+		}
+		why := fmt.Sprintf("did not stop within %s", grace)
+		if ctx.Err() != nil {
+			why = "the run was interrupted before it stopped"
+		}
+		// Killed, then logged: every record the replica made comes before
+		// its death in the history, which doublerun check relies on.
+		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
+		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = oracle.LogEvent(ectx, r.conn, oracle.EventReplicaKilled, rp.id, why)
+		ecancel()
+		<-rp.done
 	}
 }
 

@@ -49,6 +49,9 @@ type RunOptions struct {
 	// inFlightWait, for tests, bounds the wait for the pieces a fault's
 	// heal left in flight; default inFlightWait.
 	inFlightWait time.Duration
+	// stopGrace, for tests, is how long replicas have to stop after
+	// SIGTERM; default 15s.
+	stopGrace time.Duration
 }
 
 // Run runs one scenario and judges it, and returns what it measured as

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/big"
 	"slices"
 	"strings"
 	"time"
@@ -60,6 +61,10 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 	integer := func(field string, dst *int) {
 		if v, ok := raw[field]; ok {
 			if err := json.Unmarshal(v, dst); err != nil {
+				if problem, ok := outOfRange(field, v); ok {
+					bad(field, "%s %s", v, problem)
+					return
+				}
 				bad(field, "%s is not a whole number", v)
 			}
 		}
@@ -147,6 +152,27 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 		return Scenario{}, err
 	}
 	return sc, nil
+}
+
+// outOfRange says, for a whole number too large for any int, which bound
+// of field it crosses and why, as Validate would for a smaller one: the
+// number is a number, only far outside the range.
+func outOfRange(field string, v json.RawMessage) (string, bool) {
+	n, ok := new(big.Int).SetString(string(bytes.TrimSpace(v)), 10)
+	if !ok {
+		return "", false
+	}
+	for _, b := range bounds {
+		if b.field != field {
+			continue
+		}
+		rng := fmt.Sprintf("use %s to %s", b.show(b.min), b.show(b.max))
+		if n.Sign() < 0 {
+			return fmt.Sprintf("is below %s: %s; %s", b.show(b.min), b.whyMin, rng), true
+		}
+		return fmt.Sprintf("is above %s: %s; %s", b.show(b.max), b.whyMax, rng), true
+	}
+	return "", false
 }
 
 // scenarioFields are the JSON fields of a Scenario, in its order.

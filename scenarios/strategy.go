@@ -191,6 +191,15 @@ func lookupStrategy(name string) (Strategy, bool) {
 	return s, ok
 }
 
+// StrategyTokenTable is the token table of the strategy registered as
+// name, empty for one that has none or is not registered in this binary:
+// a report of a run of a strategy with one holds the grants the runner
+// recorded there.
+func StrategyTokenTable(name string) string {
+	s, _ := lookupStrategy(name)
+	return s.TokenTable
+}
+
 // CheckStrategyTopology returns nil when strategy takes topology k's lease
 // endpoint, and otherwise says why it refuses it. An unknown strategy is
 // Validate's to report.

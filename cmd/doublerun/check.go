@@ -20,12 +20,17 @@ Recomputes every figure of each report from its own history, as a reader
 of the file could: the double-run, leaderless and orphaned-lock windows,
 failover latency, terms, writes and stale writes with the options the
 report names, the linearizability check of the fence (porcupine), and the
-verdict. A DIR is searched for every report.json under it. Prints a line
-per report, with every figure that differs below it.
+verdict. Numbers compare at the precision the report stores and times as
+instants, so a report written back by jq or Python still agrees. A DIR is
+searched for every report.json under it. Prints a line per report, with
+every figure that differs below it.
 
 Exits 1 when a figure differs, when a file is not a doublerun report of
-this version (it is refused, not passed), or when a DIR holds no
-report.json; 2 on a usage error.
+this version or its history lacks the evidence of its figures (a fence
+without token operations, a write or grant outside every piece of work of
+its replica, overlapping pieces of one replica, a count with nothing to
+count: it is refused, not passed), or when a DIR holds no report.json; 2
+on a usage error.
 `
 
 func checkCommand() command {

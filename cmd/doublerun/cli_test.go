@@ -324,6 +324,105 @@ func TestRunInterruptedCleansUp(t *testing.T) {
 	require.NoFileExists(t, filepath.Join(out, "issue-556", "report.json"))
 }
 
+// Ctrl-C while the runner waits for replicas that ignore SIGTERM ends
+// the run at once, exit 130, rather than after the grace period (15s):
+// the replicas' groups are killed without waiting out the rest of it, and
+// a second Ctrl-C changes nothing of that. Nothing the run started is left.
+func TestRunInterruptedDuringTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ignores-sigterm.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"strategy": "advisory", "topology": {"kind": "direct"}, "expect": "safe",
+	"duration": "1s", "replicas": 2, "replica": {"command": ["sh", "-c", "trap '' TERM; while true; do echo became leader; sleep 0.2; done"],
+	"log": {"became_leader": "^became leader$", "lost_leadership": "^lost$"}}}`), 0o644))
+	cmd := cliCommand(t, stacktest.ShareEnv(), "run", "--file", file, "--out", filepath.Join(dir, "out"))
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	var lines []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.Contains(sc.Text(), `msg="stopping replicas"`) {
+			break
+		}
+	}
+	require.Contains(t, strings.Join(lines, "\n"), `msg="stopping replicas"`, "the run never began to stop its replicas")
+	var groups []int // the replica commands: each leads a process group
+	for _, p := range descendants(t, cmd.Process.Pid) {
+		if strings.HasPrefix(p.cmdline, "sh\x00-c\x00trap") {
+			groups = append(groups, p.pid)
+		}
+	}
+	require.Len(t, groups, 2, "both replica commands run")
+
+	interrupted := time.Now()
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	time.Sleep(100 * time.Millisecond)
+	_ = cmd.Process.Signal(os.Interrupt) // the user presses it again
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("run did not exit after SIGINT")
+	}
+	// Well inside the 15s grace: the kill and the report's discard are
+	// immediate; the rest is the stack's teardown, a second or two.
+	require.Less(t, time.Since(interrupted), 10*time.Second, "the run waited out the grace period")
+	require.Equal(t, 130, cmd.ProcessState.ExitCode(), "stderr: %s", strings.Join(lines, "\n"))
+	require.True(t, strings.HasPrefix(lines[len(lines)-1], "doublerun run: interrupted before the verdict of ignores-sigterm; no report was written"), lines[len(lines)-1])
+	for _, pgid := range groups {
+		require.False(t, groupRuns(t, pgid), "the process group of replica command %d outlived the run", pgid)
+	}
+}
+
+// A replica command that cannot be judged gets its exit code and a first
+// line that says what it did and what to do, in the style of
+// TestEachInputGetsItsExitCodeAndFirstLine; these need a stack. A run
+// that waits for leader work says so while it waits, and why.
+func TestReplicaCommandGetsItsExitCodeAndFirstLine(t *testing.T) {
+	t.Parallel()
+	const base = `"strategy": "advisory", "topology": {"kind": "direct"}, "expect": "safe", "replicas": 1, "duration": "3s"`
+	for _, tc := range []struct {
+		name    string
+		file    string
+		code    int
+		first   string
+		waiting bool // the log says it waits for leader work
+	}{
+		{"ExitsZeroAtOnceWithNoOutput", `{` + base + `, "replica": {"command": ["true"]}}`, 1,
+			`doublerun run: replica r1: command "true" exited before any leader work was reported (exit status 0) with no output; fix the command so that it keeps running as a replica (its output: out/case/replicas/r1.log)`, false},
+		{"NeverReportsWork", `{` + base + `, "replica": {"command": ["sleep", "600"]}}`, 1,
+			"doublerun run: scenario case: verdict failed: no leader work was reported: in 30s no replica command called doublerun.work_begin; " +
+				"make the lease call it (on " + scenarios.EnvOracleDSN + ") when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "case.json"), []byte(tc.file), 0o644))
+			cmd := cliCommand(t, stacktest.ShareEnv(), "run", "--file", "case.json", "--out", "out")
+			cmd.Dir = dir
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			_ = cmd.Run()
+			require.Equal(t, tc.code, cmd.ProcessState.ExitCode(), "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+			first, _, _ := strings.Cut(messages(stderr.String()), "\n")
+			require.Equal(t, tc.first, first)
+			if tc.waiting {
+				require.Regexp(t, `msg="waiting for leader work" scenario=case waited=\d+s up_to=30s why="the measurement starts at the first piece of leader work a replica reports; none has yet"`, stderr.String())
+			} else {
+				require.NotContains(t, stderr.String(), "waiting for leader work")
+			}
+		})
+	}
+}
+
 // proc is a process seen in /proc: its PID, its start time (so that a
 // reused PID is not taken for it) and its command line.
 type proc struct {
@@ -350,6 +449,26 @@ func readProc(pid int) (proc, bool) {
 	}
 	cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 	return proc{pid: pid, start: f[19], cmdline: string(cmdline)}, true
+}
+
+// groupRuns reports whether a process of group pgid runs (a zombie does
+// not).
+func groupRuns(t *testing.T, pgid int) bool {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// state ppid pgrp, after the command name in parentheses.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			return true
+		}
+	}
+	return false
 }
 
 // descendants lists the processes below pid.

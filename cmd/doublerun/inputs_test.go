@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/doublerun/doublerun/scenarios"
 )
 
 // Each input a user may give, with the exit code and the first line it
@@ -32,6 +34,8 @@ func TestEachInputGetsItsExitCodeAndFirstLine(t *testing.T) {
 	dupKey := file("dupkey.json", `{`+base+`, "strategy": "advisory"}`)
 	replicasNeg := file("replicas-neg.json", `{`+base+`, "replicas": -2}`)
 	array := file("array.json", `[1]`)
+	replicasHuge := file("replicas-huge.json", `{`+base+`, "replicas": 99999999999999999999}`)
+	commandString := file("command-string.json", `{`+base+`, "replica": {"command": "x"}}`)
 	empty := filepath.Join(fx, "empty")
 	require.NoError(t, os.Mkdir(empty, 0o755))
 	trunc := filepath.Join(fx, "trunc")
@@ -114,6 +118,12 @@ func TestEachInputGetsItsExitCodeAndFirstLine(t *testing.T) {
 			`doublerun stack: DOUBLERUN_PROVIDER="kubernetes" is not a provider; use auto, docker, native or external, or unset it for auto`, ""},
 		{"FileThatIsAnArray", noStack, []string{"run", "--file", array}, 2,
 			"doublerun run: " + array + `: not a JSON object (it is an array); write one like the "scenario" object of a report.json, see testdata/scenarios`,
+			"Usage: doublerun run"},
+		{"FileWithReplicasBeyondAnyNumber", noStack, []string{"run", "--file", replicasHuge}, 2,
+			"doublerun run: " + replicasHuge + `: field "replicas": 99999999999999999999 is above 8: ` + scenarios.MaxReplicasWhy + "; use 1 to 8",
+			"Usage: doublerun run"},
+		{"FileWithACommandThatIsAString", noStack, []string{"run", "--file", commandString}, 2,
+			"doublerun run: " + commandString + `: field "replica.command": "x" is a string; write an array of the program and its arguments, such as ["python3", "lease.py"]`,
 			"Usage: doublerun run"},
 		{"HelpHelp", nil, []string{"help", "help"}, 0,
 			"doublerun measures whether a leader lease on PostgreSQL holds behind PgBouncer.", ""},

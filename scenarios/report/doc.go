@@ -2,7 +2,9 @@
 // report.json, report.md and timeline.svg per run (Write, Markdown, SVG),
 // and linearizability.html, porcupine's view of the fence, when the run's
 // fence was checked; Recompute, which `doublerun check` runs, reads a
-// report.json back strictly and recomputes every figure from its history;
+// report.json back strictly, refuses a history that lacks the evidence of
+// its figures, and recomputes every figure from it, comparing values
+// rather than their text;
 // the progress line (Line), the chaos matrix's summary table (Result,
 // Summary, WriteSummary) and the #556 reproduction's text (Repro556).
 //

@@ -85,7 +85,8 @@ func Keep(t testing.TB, dir string) {
 }
 
 // Check requires that every figure of the report.json at path recomputes
-// from its history.
+// from its history, and that doublerun check agrees with the report as it
+// is and as `jq -c .` and a Python round trip write it back.
 func Check(t testing.TB, path string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -93,4 +94,18 @@ func Check(t testing.TB, path string) {
 	diffs, err := Recompute(data)
 	require.NoError(t, err, path)
 	require.Empty(t, diffs, "%s: figures that do not recompute from the history", path)
+	for _, f := range []struct {
+		name   string
+		format func([]byte) ([]byte, error)
+	}{
+		{"as written", func(b []byte) ([]byte, error) { return b, nil }},
+		{"after jq -c .", JQ},
+		{"after a Python json round trip", Python},
+	} {
+		again, err := f.format(data)
+		require.NoError(t, err, path)
+		r, err := report.Recompute(again)
+		require.NoError(t, err, "%s %s", path, f.name)
+		require.Empty(t, r.Diffs, "%s %s: doublerun check differs", path, f.name)
+	}
 }
