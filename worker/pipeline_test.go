@@ -161,20 +161,25 @@ func TestPipeline(t *testing.T) {
 
 	// A leader whose claims keep coming back full goes on claiming, and
 	// when it must ask the lease again it does so at once instead of
-	// waiting a poll interval (an hour here).
+	// waiting a poll interval.
 	t.Run("FullBatchesAreClaimedWithoutWaiting", func(t *testing.T) {
 		t.Parallel()
 		endpoints(t, func(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
-			// The lease's answer holds two seconds, so the leader asks
-			// again every second while it works: 200 jobs of 25 ms, four
-			// at a time, take longer. A batch claimed just before the
-			// leader asks again has the other second to finish its 25 ms
-			// jobs; with half a second, a loaded machine (two packages'
-			// tests at once) ran some of them into the deadline.
-			dl := &deadlineLease{fencingLease: newFencingLease(), trust: 2 * time.Second}
+			// The leader stops claiming and asks again when PollInterval
+			// (500 ms) has passed since the lease answered, or half the
+			// answer's trust, whichever is sooner: 200 jobs of 25 ms, four
+			// at a time, take longer than 500 ms, so it asks again while
+			// it works. A batch claimed just before then still has the
+			// rest of the trust (6 s) to finish. The re-ask rhythm used to
+			// come from the trust (2 s, asking every second), which left a
+			// late batch one second; beside two CPU hogs and other tests a
+			// claim through the transaction pool took longer than that and
+			// four jobs ran into the deadline. The two are apart now: the
+			// margin is 5.5 s, while the rhythm stays short.
+			dl := &deadlineLease{fencingLease: newFencingLease(), trust: 6 * time.Second}
 			h := HandlerFunc(func(ctx context.Context, _ *Job) error { return sleepCtx(ctx, 25*time.Millisecond) })
 			b := jobsSetup(t, db, ep, Config{Lease: dl, Handlers: map[string]Handler{"k": h},
-				BatchSize: 4, MaxHandlers: 4, PollInterval: time.Hour})
+				BatchSize: 4, MaxHandlers: 4, PollInterval: 500 * time.Millisecond})
 			b.enqueue(t, 200, "k")
 			start(t, b.worker)
 			rep := b.worker.signals.cycled.WaitUntil(func(r cycleReport) bool { return r.Again })
