@@ -82,7 +82,7 @@ func mutationCommand() command {
 		usage:   mutationUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if len(args) == 0 {
-				return usageError{"missing subcommand: ci, full, guards or gate"}
+				return usageError{"missing subcommand: ci, full, guards, gate or record"}
 			}
 			switch args[0] {
 			case "ci":
@@ -93,11 +93,13 @@ func mutationCommand() command {
 				return mutationGuards(ctx, e, args[1:])
 			case "gate":
 				return mutationGate(ctx, e, args[1:])
+			case "record":
+				return mutationRecord(ctx, e, args[1:])
 			case "-h", "-help", "--help", "help":
 				fmt.Fprint(e.stdout, mutationUsage)
 				return nil
 			}
-			return usageError{fmt.Sprintf("unknown subcommand %q: use ci, full, guards or gate", args[0])}
+			return usageError{fmt.Sprintf("unknown subcommand %q: use ci, full, guards, gate or record", args[0])}
 		},
 	}
 }
@@ -357,7 +359,7 @@ func gateReports(ctx context.Context, e *env, prs []mutation.PackageReport, req 
 		if err != nil {
 			return err
 		}
-		rec, err := mutation.RecordFrom(req.root, head, req.shards, prs, opts.Equivalents)
+		rec, err := mutation.RecordFrom(req.root, head, req.shards, prs, mutation.KindFull)
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,6 @@ const gateTags = "doublerun_nodocker"
 func mutationCI(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("mutation ci", mutationUsage, e)
 	recordFile := fs.String("record", "testdata/mutation/record.json", "the last passing gate run's record, relative to the repository root unless given")
-	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor, relative to the repository root unless given")
 	eqFile := fs.String("equivalents", "testdata/mutation/equivalents.json", "listed equivalent mutants, relative to the repository root unless given")
 	manifest := fs.String("manifest", mutation.DefaultManifests, "glob of guard manifests, relative to the repository root unless given")
 	budget := fs.Duration("budget", 8*time.Minute, "bound on the estimated wall time of the mutants on changed lines outside the shard; a change that would take longer fails at once")
@@ -56,14 +55,14 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	packages := fs.String("packages", strings.Join(gatedPackages, ","), "the gated packages to run, comma-separated; fewer than all is for a local look, not a gate")
 	guards := fs.Bool("guards", true, "run the named guards too: those of the shard and those whose file, package or manifest changed since the base")
 	allGuards := fs.Bool("all-guards", false, "run every named guard, not only the shard's and the changed ones")
-	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record: this commit as the base, the shard's figures raised")
+	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record: this commit as the base, the mutants this run measured, the others carried over")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		name  string
 		value *string
-	}{{"record", recordFile}, {"baseline", baselineFile}, {"equivalents", eqFile}, {"manifest", manifest}} {
+	}{{"record", recordFile}, {"equivalents", eqFile}, {"manifest", manifest}} {
 		if err := defaultInRepo(fs, f.name, f.value, "mutation ci", "--"+f.name+" FILE"); err != nil {
 			return err
 		}
@@ -84,10 +83,6 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 		return usageError{"--write-record needs every gated package: a record's base covers all of them"}
 	}
 	rec, err := mutation.ReadRecord(*recordFile)
-	if err != nil {
-		return err
-	}
-	baseline, err := mutation.ReadBaseline(*baselineFile)
 	if err != nil {
 		return err
 	}
@@ -145,8 +140,9 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 
 	run, err := mutation.RunCI(ctx, mutation.CIOptions{
 		Root: root, Gremlins: g.gremlins, Config: filepath.Join(root, ".gremlins.yaml"),
-		Packages: pkgs, Whole: wholePackages, Record: rec, Baseline: baseline, Equivalents: eq,
-		Shard: shard, Budget: *budget, Env: g.env, TempDir: g.tmp, OutDir: outDir,
+		Packages: pkgs, Whole: wholePackages, Record: rec, Equivalents: eq,
+		Shard: shard, Budget: *budget, Env: g.env, Tags: gateTags, TimeoutCoefficient: gremlinsCoefficient(root),
+		TempDir: g.tmp, OutDir: outDir,
 		Logf: func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) },
 	})
 	if err != nil {
@@ -182,16 +178,17 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("gate failed: %s%s", failures[0], more)
 	}
 	if *write {
-		return writeCIRecord(ctx, e, root, *recordFile, rec, run, shard)
+		return writeCIRecord(ctx, e, root, *recordFile, rec, run)
 	}
 	return nil
 }
 
-// printCI prints each package's part and changed lines, and returns the
-// failures.
+// printCI prints each package's part and changed lines (figures for
+// reading; the gate compares mutants, never percentages), every timed-out
+// mutant re-run alone with both runs' times, and returns the failures.
 func printCI(e *env, run mutation.CIRun, shard, shards int) []string {
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PACKAGE\tPART\tEFFICACY\tCOVERAGE\tKILLED\tLIVED\tNOT COVERED\tTIMED OUT\tEXCUSED\tCHANGED LINES\tTHEIR MUTANTS")
+	fmt.Fprintln(tw, "PACKAGE\tPART\tEFFICACY\tCOVERAGE\tKILLED\tLIVED\tNOT COVERED\tRE-RUN ALONE\tEXCUSED\tCHANGED LINES\tTHEIR MUTANTS")
 	var failures []string
 	for i, r := range run.Results {
 		p := run.Packages[i]
@@ -201,22 +198,45 @@ func printCI(e *env, run mutation.CIRun, shard, shards int) []string {
 		}
 		s := r.Part.Score
 		fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", r.Name, part, s.Efficacy(), s.Coverage(),
-			s.Killed, s.Lived, s.NotCovered, s.TimedOut, r.Part.Excused, p.Changed.Lines(), r.Changed.Score.Tested()+r.Changed.Score.NotCovered)
+			s.Killed, s.Lived, s.NotCovered, len(p.Reruns), r.Part.Excused, p.Changed.Lines(), r.Changed.Score.Tested()+r.Changed.Score.NotCovered)
 		failures = append(failures, r.Failures...)
 	}
 	tw.Flush()
+	for _, p := range run.Packages {
+		for _, rr := range p.Reruns {
+			fmt.Fprintf(e.stdout, "RE-RUN %s\n", rr)
+		}
+	}
 	return failures
+}
+
+// gremlinsCoefficient is .gremlins.yaml's timeout-coefficient (gremlins'
+// default 3 when it sets none), for naming the bound a mutant timed out
+// at.
+func gremlinsCoefficient(root string) int {
+	data, err := os.ReadFile(filepath.Join(root, ".gremlins.yaml"))
+	if err != nil {
+		return 3
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "timeout-coefficient:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 3
 }
 
 // writeCIRecord writes the record of a passing per-submission run
 // (Record.After). Only a clean working tree is recorded: the base must be
 // the code that passed.
-func writeCIRecord(ctx context.Context, e *env, root, file string, rec mutation.Record, run mutation.CIRun, shard int) error {
+func writeCIRecord(ctx context.Context, e *env, root, file string, rec mutation.Record, run mutation.CIRun) error {
 	head, err := cleanHead(ctx, root)
 	if err != nil {
 		return err
 	}
-	if err := rec.After(run, shard, head).Write(file); err != nil {
+	if err := rec.After(root, run, head, mutation.KindCI).Write(file); err != nil {
 		return fmt.Errorf("write the record: %w", err)
 	}
 	fmt.Fprintf(e.stdout, "record %s: base %s; commit it to move the next gate's base here\n", file, head[:12])

@@ -95,8 +95,8 @@ func TestMutationGuardsFixture(t *testing.T) {
 			code int
 			err  string
 		}{
-			{nil, 2, "missing subcommand: ci, full, guards or gate"},
-			{[]string{"run"}, 2, `unknown subcommand "run": use ci, full, guards or gate`},
+			{nil, 2, "missing subcommand: ci, full, guards, gate or record"},
+			{[]string{"run"}, 2, `unknown subcommand "run": use ci, full, guards, gate or record`},
 			{[]string{"guards", "--manifest", "nowhere/*.guards.json"}, 1, `no guard manifest matches "nowhere/*.guards.json"`},
 			{[]string{"guards", "--parallel", "0"}, 2, "--parallel must be at least 1"},
 			{[]string{"guards", "--manifest", filepath.Join(fixtureGuards, "*.json"), "--guard", "^nope$"}, 1, `no guard id in`},
