@@ -116,9 +116,10 @@ func keyed(ms []RecordedMutant) map[key]int {
 	rank := map[key]int{}
 	for _, i := range order {
 		m := ms[i]
-		k := key{m.File, m.Code, m.Occurrence, m.Mutator, 0}
-		k.rank = rank[k]
-		rank[k]++
+		line := key{m.File, m.Code, m.Occurrence, m.Mutator, 0}
+		k := line
+		k.rank = rank[line]
+		rank[line]++
 		out[k] = i
 	}
 	return out
@@ -144,9 +145,8 @@ func ReadRecord(file string) (Record, error) {
 		return Record{}, fmt.Errorf("%s names no base commit or no shard count; run make mutation and commit the record it writes", file)
 	}
 	for name, p := range r.Packages {
-		seen := map[key]bool{}
-		for k, i := range keyed(p.Mutants) {
-			m := p.Mutants[i]
+		seen := map[string]bool{}
+		for _, m := range p.Mutants {
 			switch {
 			case !slices.Contains(mutators, m.Mutator):
 				return Record{}, fmt.Errorf("%s: %s has the unknown mutator %q", file, m.at(), m.Mutator)
@@ -157,10 +157,10 @@ func ReadRecord(file string) (Record, error) {
 			case m.Line < 1 || m.Column < 1 || m.Occurrence < 0 || !strings.HasPrefix(m.File, name+"/"):
 				return Record{}, fmt.Errorf("%s: %s is not a mutant of %s", file, m.at(), name)
 			}
-			seen[k] = true
-		}
-		if len(seen) != len(p.Mutants) {
-			return Record{}, fmt.Errorf("%s: %s lists a mutant twice", file, name)
+			if seen[m.at()] {
+				return Record{}, fmt.Errorf("%s: %s lists %s twice", file, name, m.at())
+			}
+			seen[m.at()] = true
 		}
 	}
 	return r, nil
