@@ -58,7 +58,8 @@ type Rerun struct {
 	// time times its timeout coefficient); 0 when its log did not say.
 	First time.Duration
 	// Clean is the package's unmutated test time in the same gate run,
-	// Bound the re-run's bound (Factor × Clean), Took what the re-run took.
+	// Bound the re-run's bound (Factor × Clean), Took what the re-run took;
+	// each is the test binary's run, compile excluded.
 	Clean, Bound, Took time.Duration
 	Factor             float64
 }
@@ -130,15 +131,14 @@ func RerunTimedOut(ctx context.Context, pkg string, r *Report, first time.Durati
 	defer os.RemoveAll(dir)
 	env := append(append(os.Environ(), "GOTMPDIR="+dir), o.Env...)
 
-	start := time.Now()
-	code, out, timedOut, err := goTestPackage(ctx, o, env, pkg, "", 0)
-	clean := time.Since(start)
+	res, err := goTestPackage(ctx, o, env, dir, pkg, "", 0)
 	if err != nil {
 		return nil, err
 	}
-	if code != 0 || timedOut {
-		return nil, fmt.Errorf("./%s: its tests fail unmutated, so no timed-out mutant can be judged: %s", pkg, lastLines(string(out), 5))
+	if !res.built || res.code != 0 {
+		return nil, fmt.Errorf("./%s: its tests fail unmutated, so no timed-out mutant can be judged: %s", pkg, lastLines(string(res.output), 5))
 	}
+	clean := res.took
 	bound := time.Duration(float64(clean) * o.Factor)
 	var reruns []Rerun
 	for i, m := range todo {
@@ -182,13 +182,16 @@ func rerunOne(ctx context.Context, o RerunOptions, env []string, dir, pkg, file 
 	if err := os.WriteFile(ovFile, ov, 0o600); err != nil {
 		return err
 	}
-	start := time.Now()
-	code, out, timedOut, err := goTestPackage(ctx, o, env, pkg, ovFile, rr.Bound)
-	rr.Took = time.Since(start)
+	res, err := goTestPackage(ctx, o, env, dir, pkg, ovFile, rr.Bound)
 	if err != nil {
 		return err
 	}
-	rr.Status, rr.EndlessLoop, rr.Detail = rerunVerdict(out, code, timedOut, rr.Bound)
+	rr.Took = res.took
+	if !res.built {
+		rr.Status, rr.Detail = StatusNotViable, "build failed: "+firstError(bytes.ReplaceAll(res.output, []byte(mut), []byte(src)))
+		return nil
+	}
+	rr.Status, rr.EndlessLoop, rr.Detail = rerunVerdict(res.output, res.code, res.timedOut, rr.Bound)
 	return nil
 }
 
@@ -210,50 +213,92 @@ func rerunVerdict(out []byte, code int, timedOut bool, bound time.Duration) (sta
 	return StatusKilled, false, d
 }
 
-// goTestPackage runs the package's tests once, as gremlins runs them
-// (-failfast, the tags and environment it had), with -v for the names of
-// failing tests, and an overlay if given; bound, if not 0, ends it.
-func goTestPackage(ctx context.Context, o RerunOptions, env []string, pkg, overlay string, bound time.Duration) (code int, out []byte, timedOut bool, err error) {
-	args := []string{"test", "-count=1", "-failfast", "-v"}
+// buildTimeout bounds compiling one test binary: the build is not what a
+// re-run times.
+const buildTimeout = 10 * time.Minute
+
+// goTestPackage builds the package's test binary (with the overlay, if
+// one is given), as gremlins builds it (the tags and environment it had),
+// and runs it once in the package's directory as go test does, with
+// -test.failfast as gremlins passes it and -test.v for the names of
+// failing tests. bound, if not 0, ends the run: it times the tests only,
+// never the compile, so that a mutant's build, which the clean run may
+// have found in the build cache, cannot count against it. A build that
+// fails is reported with built false.
+func goTestPackage(ctx context.Context, o RerunOptions, env []string, dir, pkg, overlay string, bound time.Duration) (res testRun, err error) {
+	bin := filepath.Join(dir, "pkg.test")
+	args := []string{"test", "-c", "-o", bin}
 	if o.Tags != "" {
 		args = append(args, "-tags", o.Tags)
 	}
 	if overlay != "" {
 		args = append(args, "-overlay", overlay)
 	}
+	args = append(args, "./"+pkg)
+	bctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	build := exec.CommandContext(bctx, o.Go, args...)
+	build.Dir = o.Root
+	build.Env = env
+	out, berr := build.CombinedOutput()
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	if berr != nil {
+		res.output = out
+		return res, nil
+	}
+	res.built = true
+	defer os.Remove(bin)
+	targs := []string{"-test.failfast", "-test.v"}
 	run := ctx
 	if bound > 0 {
-		// go test's own -timeout comes later, so the bound is ours.
-		args = append(args, "-timeout", (bound + 30*time.Second).String())
+		// The binary's own -test.timeout comes later, so the bound is
+		// ours.
+		targs = append(targs, "-test.timeout", (bound + 30*time.Second).String())
 		var cancel context.CancelFunc
 		run, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
 	}
-	args = append(args, "./"+pkg)
-	cmd := exec.CommandContext(run, o.Go, args...)
-	cmd.Dir = o.Root
+	cmd := exec.CommandContext(run, bin, targs...)
+	cmd.Dir = filepath.Join(o.Root, pkg)
 	cmd.Env = env
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	sweep := killGroup(cmd, o.KillGrace)
 	cmd.WaitDelay = o.KillGrace + 5*time.Second
+	start := time.Now()
 	err = cmd.Run()
+	res.took = time.Since(start)
 	sweep()
+	res.output = buf.Bytes()
 	if ctx.Err() != nil {
-		return 0, nil, false, ctx.Err()
+		return res, ctx.Err()
 	}
 	if errors.Is(run.Err(), context.DeadlineExceeded) {
-		return 0, buf.Bytes(), true, nil
+		res.timedOut = true
+		return res, nil
 	}
 	var exitErr *exec.ExitError
 	switch {
 	case err == nil:
 	case errors.As(err, &exitErr) && exitErr.Exited():
-		code = exitErr.ExitCode()
+		res.code = exitErr.ExitCode()
+	case errors.As(err, &exitErr):
+		// Killed by a signal it did not handle: a crash, not a pass.
+		res.code = -1
 	default:
-		return 0, nil, false, fmt.Errorf("%s test ./%s: %v", o.Go, pkg, err)
+		return res, fmt.Errorf("run the tests of ./%s: %v", pkg, err)
 	}
-	return code, buf.Bytes(), false, nil
+	return res, nil
+}
+
+// testRun is one run of a package's test binary.
+type testRun struct {
+	built, timedOut bool
+	code            int
+	output          []byte
+	took            time.Duration
 }
 
 // recount sets the report's counts and figures from its mutants, as
