@@ -152,6 +152,9 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 			defer mu.Unlock()
 			done++
 			fmt.Fprintf(e.stderr, "[%d/%d] %s %s %s: %s\n", done, len(guards), r.ID, r.Outcome, r.Duration.Round(100*time.Millisecond), r.Detail)
+			if r.Rerun != "" {
+				fmt.Fprintf(e.stderr, "    re-run: %s\n", r.Rerun)
+			}
 			if !r.Passed() && r.Output != "" {
 				fmt.Fprintf(e.stderr, "%s\n", indent(r.Output, "    | "))
 			}
@@ -220,6 +223,11 @@ func printGuards(e *env, results []mutation.GuardResult, took time.Duration, asJ
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.Outcome, r.Duration.Round(100*time.Millisecond), r.Detail)
 		}
 		tw.Flush()
+		for _, r := range results {
+			if r.Rerun != "" {
+				fmt.Fprintf(e.stdout, "RE-RUN guard %s %s\n", r.ID, r.Rerun)
+			}
+		}
 		fmt.Fprintf(e.stdout, "%d of %d guards killed in %s\n", len(results)-len(failed), len(results), took.Round(time.Second))
 	}
 	if len(failed) > 0 {

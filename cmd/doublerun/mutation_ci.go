@@ -162,6 +162,9 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 			if !r.Passed() {
 				guardFailed = append(guardFailed, fmt.Sprintf("guard %s %s: %s", r.ID, r.Outcome, r.Detail))
 			}
+			if r.Rerun != "" {
+				fmt.Fprintf(e.stdout, "RE-RUN guard %s %s\n", r.ID, r.Rerun)
+			}
 		}
 		fmt.Fprintf(e.stdout, "named guards: %d of %d killed in %s\n", len(results)-len(guardFailed), len(results), time.Since(gbegin).Round(time.Second))
 	}
@@ -349,6 +352,9 @@ func runGuardsQuietly(ctx context.Context, e *env, guards []mutation.Guard, g *g
 	results, err := mutation.RunGuards(ctx, guards, mutation.GuardOptions{
 		Env: g.env, Tags: gateTags, TempDir: g.tmp, Logger: e.log,
 		Progress: func(i int, r mutation.GuardResult) {
+			if r.Rerun != "" {
+				fmt.Fprintf(e.stderr, "guard %s re-run: %s\n", r.ID, r.Rerun)
+			}
 			if !r.Passed() {
 				fmt.Fprintf(e.stderr, "guard %s %s: %s\n", r.ID, r.Outcome, r.Detail)
 				if r.Output != "" {

@@ -88,6 +88,18 @@ func TestMutationGuardsFixture(t *testing.T) {
 		require.Positive(t, out.Guards[0].Seconds)
 	})
 
+	// A guard that timed out is re-run alone, and the output names it
+	// with both runs' times.
+	t.Run("ATimedOutGuardIsReRunAlone", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code, err := runMutation(t.Context(), t, "guards", "--timeout", "8s",
+			"--manifest", filepath.Join(fixtureGuards, "timeout.guards.json"))
+		require.NoError(t, err, "stdout: %s\nstderr: %s", stdout, stderr)
+		require.Zero(t, code)
+		require.Regexp(t, `(?m)^RE-RUN guard fixture\.loop-step TIMED_OUT beside the others \(bound 8s, after \S+\); alone: KILLED by its own endless loop \(timed out again alone\) in \S+, bound \S+ \(3 × its tests' unmutated \S+\)$`, stdout)
+		require.Contains(t, stderr, "    re-run: TIMED_OUT beside the others")
+	})
+
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
