@@ -20,10 +20,11 @@ import (
 const mutationUsage = `Usage:
   doublerun mutation ci     [--shard K] [--budget D] [--write-record] [--guards=false] [--all-guards]
                             [--packages LIST]
-                            [--record FILE] [--baseline FILE] [--equivalents FILE]
+                            [--record FILE] [--equivalents FILE]
                             [--manifest GLOB] [--out DIR]
   doublerun mutation full   [--packages LIST] [--shard K/N] [--shards N]
-                            [--write-record] [--out DIR]
+                            [--write-record] [--record FILE] [--equivalents FILE] [--out DIR]
+  doublerun mutation record [--at COMMIT] [--record FILE] [--shards N] [--out DIR]
   doublerun mutation guards [--manifest GLOB] [--guard REGEX] [--parallel N]
                             [--timeout D] [--share-stack] [--json]
   doublerun mutation gate   --report [NAME=]FILE [--report ...] [--merge]
@@ -37,19 +38,30 @@ ci      the gate of every submission (make mutation-ci): gremlins on every
         lines of lease, worker and scenarios/oracle in turn (1 + commits
         modulo shards), then the named guards whose file,
         package or manifest changed since the base and those of the
-        shard (--all-guards for every one), all on one shared stack. A
-        mutant of a changed line must be KILLED; a LIVED
-        mutant fails unless testdata/mutation/equivalents.json lists it;
-        a shard's figures must reach its record. A change whose own
+        shard (--all-guards for every one), all on one shared stack.
+        Each mutant is compared with the record's (by file, line text
+        and mutator): a mutant of a changed line must be KILLED (or not
+        compile); a recorded covered mutant must not be NOT COVERED; a
+        LIVED mutant fails unless testdata/mutation/equivalents.json
+        lists it. Percentages are printed, never compared. A TIMED OUT
+        mutant or guard is run again alone, bounded by three times its
+        package's clean test time in the same run, and judged by that
+        run; the output names each with both times. A change whose own
         mutants (on changed lines outside the shard) would take longer
         than --budget fails at once: run make mutation and commit its
         record.
 
 full    gremlins on every mutant of the gated packages (make mutation), or
         of one shard of their lines (--shard K/N, a nightly job), on one
-        shared stack; unsharded, gates the reports as gate does with the
-        committed baseline and equivalents, and --write-record writes the
-        record on a pass.
+        shared stack, timed-out mutants re-run alone as in ci; unsharded,
+        judges every mutant against the record as ci does, and
+        --write-record writes the record on a pass.
+
+record  the record of a commit (default: the record's base) from a
+        gremlins dry run of each gated package in a worktree of it: every
+        mutant RUNNABLE or NOT COVERED as that commit's go test -cover
+        found it, the cost of a mutant kept from the old record. Minutes,
+        where make mutation takes most of an hour.
 
 guards  applies each named guard mutant of the manifests (see
         testdata/mutation/README.md) through go test -overlay, runs the
@@ -78,7 +90,7 @@ gate    reads gremlins JSON reports (gremlins unleash --output FILE), one
 func mutationCommand() command {
 	return command{
 		name:    "mutation",
-		summary: "gate every submission (ci), run gremlins whole (full), prove the guards' tests (guards), gate reports (gate)",
+		summary: "gate every submission (ci), run gremlins whole (full), record a commit's mutants (record), prove the guards' tests (guards), gate reports (gate)",
 		usage:   mutationUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if len(args) == 0 {
