@@ -113,6 +113,9 @@ func TestMutationGuardsFixture(t *testing.T) {
 			{[]string{"guards", "--parallel", "0"}, 2, "--parallel must be at least 1"},
 			{[]string{"guards", "--manifest", filepath.Join(fixtureGuards, "*.json"), "--guard", "^nope$"}, 1, `no guard id in`},
 			{[]string{"guards", "--guard", "("}, 2, `--guard "("`},
+			{[]string{"record", "--shards", "0"}, 2, "--shards must be from 1 to 64, not 0"},
+			{[]string{"record", "--at", "no-such-commit"}, 1, "--at: git rev-parse --verify no-such-commit^{commit}"},
+			{[]string{"record", "--record", filepath.Join(t.TempDir(), "none.json")}, 2, "--at: no commit given and "},
 		} {
 			_, _, code, err := runMutation(t.Context(), t, tc.args...)
 			require.Equal(t, tc.code, code, "%v: %v", tc.args, err)
