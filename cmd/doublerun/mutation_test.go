@@ -260,3 +260,16 @@ func TestMutationGate(t *testing.T) {
 		}
 	})
 }
+
+// The bound gremlins gave a mutant is named from .gremlins.yaml's
+// coefficient, gremlins' default 3 when it sets none.
+func TestGremlinsCoefficient(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 5, gremlinsCoefficient(filepath.Join("..", "..")), "the committed .gremlins.yaml")
+	dir := t.TempDir()
+	require.Equal(t, 3, gremlinsCoefficient(dir), "no file")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".gremlins.yaml"), []byte("unleash:\n  timeout-coefficient: 0\n"), 0o644))
+	require.Equal(t, 3, gremlinsCoefficient(dir), "no positive coefficient")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".gremlins.yaml"), []byte("unleash:\n  # a comment\n  timeout-coefficient: 7\n"), 0o644))
+	require.Equal(t, 7, gremlinsCoefficient(dir))
+}
