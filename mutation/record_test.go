@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -60,14 +61,16 @@ func TestRecordAfter(t *testing.T) {
 	root := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "lease"), 0o755))
 	// A line was added on top: "if a < b {" moved from 1 to 2, and
-	// "if c < d {" became "if c <= d {".
-	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("new()\nif a < b {\nif c <= d {\nif e < f {\n"), 0o644))
+	// "if c < d {" became "if c <= d {". The second "x++" moved from 5 to
+	// 6 behind the first.
+	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("new()\nif a < b {\nif c <= d {\nif e < f {\nx++\nx++\n"), 0o644))
 	const b = "CONDITIONALS_BOUNDARY"
 	rec := Record{Base: "old", Shards: 8, Packages: map[string]PackageRecord{
 		"lease": {SecondsPerMutant: 9, Mutants: []RecordedMutant{
 			{File: "lease/a.go", Line: 1, Column: 6, Mutator: b, Code: "if a < b {", Status: StatusRunnable, Run: KindDryRun},
 			{File: "lease/a.go", Line: 2, Column: 6, Mutator: b, Code: "if c < d {", Status: StatusKilled, Run: KindFull},
 			{File: "lease/a.go", Line: 3, Column: 6, Mutator: b, Code: "if e < f {", Status: StatusRunnable, Run: KindDryRun},
+			{File: "lease/a.go", Line: 5, Column: 2, Mutator: "INCREMENT_DECREMENT", Code: "x++", Occurrence: 1, Status: StatusKilled, Run: KindFull},
 		}},
 		"worker": {SecondsPerMutant: 4},
 	}}
@@ -87,8 +90,9 @@ func TestRecordAfter(t *testing.T) {
 		{File: "lease/a.go", Line: 2, Column: 6, Mutator: b, Code: "if a < b {", Status: StatusRunnable, Run: KindDryRun},
 		{File: "lease/a.go", Line: 3, Column: 1, Mutator: b, Code: "if c <= d {", Status: StatusKilled, Run: KindCI},
 		{File: "lease/a.go", Line: 4, Column: 1, Mutator: b, Code: "if e < f {", Status: StatusKilled, Run: KindCI, KilledBy: "TestE"},
+		{File: "lease/a.go", Line: 6, Column: 2, Mutator: "INCREMENT_DECREMENT", Code: "x++", Occurrence: 1, Status: StatusKilled, Run: KindFull},
 	}, got.Packages["lease"].Mutants)
-	require.Len(t, rec.Packages["lease"].Mutants, 3, "the old record is left as it was")
+	require.Len(t, rec.Packages["lease"].Mutants, 4, "the old record is left as it was")
 	require.Equal(t, 1, rec.Packages["lease"].Mutants[0].Line)
 }
 
@@ -102,4 +106,12 @@ func TestIdentify(t *testing.T) {
 	require.Equal(t, []RecordedMutant{{File: "lease/a.go", Line: 2, Column: 1, Mutator: "INCREMENT_DECREMENT", Code: "i++", Occurrence: 1, Status: StatusKilled, Run: KindFull}}, ms)
 	_, err = Identify(root, "lease", report("a.go:9:INCREMENT_DECREMENT:KILLED"), KindFull)
 	require.ErrorContains(t, err, "gremlins names a.go:9, but the file has 3 lines")
+}
+
+// The estimate is the recorded cost of a mutant times the mutants.
+func TestRecordEstimate(t *testing.T) {
+	t.Parallel()
+	rec := Record{Packages: map[string]PackageRecord{"lease": {SecondsPerMutant: 2.5}}}
+	require.Equal(t, 10*time.Second, rec.Estimate("lease", 4))
+	require.Zero(t, rec.Estimate("worker", 4), "no cost recorded")
 }
