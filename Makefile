@@ -101,8 +101,9 @@ repro-556:
 
 ## mutation-ci: the gate of every submission (.ci/run runs it): gremlins on
 ## the lines changed since testdata/mutation/record.json's base and on one
-## shard of lease, worker and scenarios/oracle in turn, then the named
-## guards the change touched and those of the shard, on one shared stack
+## shard of lease, worker and scenarios/oracle in turn, each mutant compared
+## with the record's (timed-out ones re-run alone), then the named guards
+## the change touched and those of the shard, on one shared stack
 ## (doublerun mutation ci).
 mutation-ci:
 	$(GO) run ./cmd/doublerun mutation ci
@@ -113,8 +114,8 @@ mutation-guards:
 	$(GO) run ./cmd/doublerun mutation guards
 
 ## mutation: gremlins on every mutant of lease, worker and scenarios/oracle,
-## gated against testdata/mutation/baseline.json and equivalents.json; a
-## pass on a clean tree writes testdata/mutation/record.json (mutation/run.sh).
+## each compared with testdata/mutation/record.json's (equivalents.json
+## excused); a pass on a clean tree writes a new record (mutation/run.sh).
 mutation:
 	bash mutation/run.sh
 

@@ -1,6 +1,7 @@
 package mutation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +13,7 @@ import (
 )
 
 // CIPackage is one package's part of a per-submission gate run: which
-// lines gremlins ran, and its report.
+// lines gremlins ran, its report and its mutants by identity.
 type CIPackage struct {
 	// Name is the package directory relative to the module root.
 	Name string
@@ -22,13 +23,14 @@ type CIPackage struct {
 	Shard Selection
 	// Changed is the lines changed since the record's base.
 	Changed Selection
-	// Floor is what the shard's (or the whole package's) figures must
-	// reach: the recorded shard figures, or the baseline.
-	Floor Figures
-	// FloorSource names Floor in a failure ("the baseline", "shard 3's
-	// record").
-	FloorSource string
-	Report      Report
+	// Report is gremlins' report, with each timed-out mutant's status
+	// replaced by what its re-run alone measured (Reruns).
+	Report Report
+	// Mutants are the report's mutants by identity (Identify), statuses
+	// as in Report.
+	Mutants []RecordedMutant
+	// Reruns are the timed-out mutants the gate ran again alone.
+	Reruns []Rerun
 }
 
 // CIResult is the verdict on one package of a per-submission run.
@@ -38,54 +40,101 @@ type CIResult struct {
 	Part PackageResult
 	// Changed is the mutants on lines changed since the base, scored.
 	Changed PackageResult
+	// Mutants are the mutants the run measured (CIPackage.Mutants), for
+	// the next record.
+	Mutants []RecordedMutant
 	// Failures says, one line each, why the package fails; empty when it
 	// passes.
 	Failures []string
 }
 
-// JudgeCI applies the per-submission rules to each package's report:
+// JudgeCI compares each package's mutants with the record's, one by one
+// (by identity: file, line text, mutator), and fails a package only when
 //
-//   - a mutant on a changed line must be KILLED (or not compile); LIVED,
-//     NOT COVERED and TIMED OUT fail, so new code comes with tests that
-//     kill its mutants;
-//   - in the shard (or the whole package) a LIVED mutant fails, which is
-//     what catches a weakened test: deleting an assertion changes no
-//     source line, and its mutant lives on when its shard comes round;
-//   - the shard's figures must reach its floor.
+//   - a mutant on a changed line is not KILLED (NOT VIABLE, a mutant that
+//     does not compile, is fine), so new code comes with tests that kill
+//     its mutants;
+//   - a mutant the record has covered (KILLED, LIVED, NOT VIABLE, or
+//     RUNNABLE in a dry run) is now NOT COVERED: a test that ran it no
+//     longer does;
+//   - a mutant LIVED: one the record has KILLED is a test that stopped
+//     catching it (a deleted assertion changes no source line, and is
+//     caught so when its shard comes round), one the record lacks is new
+//     code no test constrains;
+//   - a mutant is still TIMED OUT, which only happens when its re-run
+//     alone could not be made: a gate passes nothing it did not judge.
 //
-// Listed equivalents are excused from all three.
-func JudgeCI(pkgs []CIPackage, eq Equivalents) []CIResult {
+// Listed equivalents are excused from all of them. Percentages are
+// recomputed for the printout and never compared: whether a mutant times
+// out depends on the machine's load, and moved both sides of a ratio.
+func JudgeCI(pkgs []CIPackage, rec Record, eq Equivalents) []CIResult {
 	opts := GateOptions{Equivalents: eq, Strict: true}
 	var out []CIResult
 	for _, p := range pkgs {
 		inPart := func(file string, m Mutation) bool { return p.Whole || p.Shard.Has(file, m.Line) }
-		changed := func(file string, m Mutation) bool { return p.Changed.Has(file, m.Line) }
+		changed := func(file string, line int) bool { return p.Changed != nil && p.Changed.Has(file, line) }
 		r := CIResult{
 			Name:    p.Name,
 			Part:    scorePackage(p.Name, p.Report, opts, inPart),
-			Changed: scorePackage(p.Name, p.Report, opts, func(file string, m Mutation) bool { return p.Changed != nil && changed(file, m) }),
+			Changed: scorePackage(p.Name, p.Report, opts, func(file string, m Mutation) bool { return changed(file, m.Line) }),
+			Mutants: p.Mutants,
 		}
-		failed := map[string]bool{}
-		for _, f := range p.Report.Files {
-			for _, m := range f.Mutations {
-				file := filepath.ToSlash(filepath.Join(p.Name, f.FileName))
-				if m.Status == StatusSkipped || eq.Has(file, m.Line, m.Column, m.Type) {
-					continue
-				}
-				at := fmt.Sprintf("%s:%d:%s", file, m.Line, m.Type)
-				switch {
-				case p.Changed != nil && changed(f.FileName, m) && m.Status != StatusKilled && m.Status != StatusNotViable:
-					r.Failures = append(r.Failures, fmt.Sprintf("%s %s on a changed line: %s", at, m.Status, changedFix(m.Status)))
-					failed[at] = true
-				case inPart(f.FileName, m) && m.Status == StatusLived && !failed[at]:
-					r.Failures = append(r.Failures, livedFailures([]string{at})...)
-				}
+		recorded := rec.Packages[p.Name].Mutants
+		byKey := keyed(recorded)
+		for k, i := range keyed(p.Mutants) {
+			m := p.Mutants[i]
+			if eq.Has(m.File, m.Line, m.Column, m.Mutator) {
+				continue
+			}
+			at := fmt.Sprintf("%s:%d:%d:%s", m.File, m.Line, m.Column, m.Mutator)
+			was, known := RecordedMutant{}, false
+			if j, ok := byKey[k]; ok {
+				was, known = recorded[j], true
+			}
+			if f := judgeMutant(m, was, known, changed(strings.TrimPrefix(m.File, p.Name+"/"), m.Line), rec.Base); f != "" {
+				r.Failures = append(r.Failures, at+" "+f)
 			}
 		}
-		r.Failures = append(r.Failures, checkFigures(p.Name, r.Part.Score, p.Floor, p.FloorSource)...)
+		slices.Sort(r.Failures)
 		out = append(out, r)
 	}
 	return out
+}
+
+// judgeMutant is the verdict on one mutant, m, given the record's entry
+// for it (known false when the record has none) and whether its line
+// changed since the base: "" when it passes, else what is wrong and what
+// to do.
+func judgeMutant(m, was RecordedMutant, known, changedLine bool, base string) string {
+	if changedLine {
+		if m.Status == StatusKilled || m.Status == StatusNotViable {
+			return ""
+		}
+		return m.Status + " on a changed line: " + changedFix(m.Status)
+	}
+	switch m.Status {
+	case StatusTimedOut:
+		return "TIMED OUT and not re-run alone: the gate cannot judge it; run the gate again"
+	case StatusLived:
+		if !known {
+			return "LIVED, a mutant the record does not have: " + changedFix(StatusLived)
+		}
+		return fmt.Sprintf("LIVED, where the record (%s run at %s) has it %s%s: a test that caught it no longer does; restore what the test checked, or list the mutant in testdata/mutation/equivalents.json with why",
+			was.Run, short(base), was.Status, killedBy(was))
+	case StatusNotCovered:
+		if known && covered(was.Status) {
+			return fmt.Sprintf("NOT COVERED, where the record (%s run at %s) has it %s%s: no test runs that line any more; test it again",
+				was.Run, short(base), was.Status, killedBy(was))
+		}
+	}
+	return ""
+}
+
+func killedBy(m RecordedMutant) string {
+	if m.KilledBy == "" {
+		return ""
+	}
+	return " by " + m.KilledBy
 }
 
 // changedFix says what to do about a mutant of a changed line that was not
@@ -95,7 +144,7 @@ func changedFix(status string) string {
 	case StatusNotCovered:
 		return "no test runs that line; test it (a switch case's condition never counts as covered in gremlins v0.6.0: give it a named guard and list the mutant in testdata/mutation/equivalents.json)"
 	case StatusTimedOut:
-		return "the mutant makes a test wait past gremlins' timeout; bound that wait so the test fails instead"
+		return "the mutant was not re-run alone, so the gate cannot judge it; run the gate again"
 	}
 	return "no test fails without that code; write one that does, or list the mutant in testdata/mutation/equivalents.json with why"
 }
@@ -110,7 +159,6 @@ type CIOptions struct {
 	// every mutant every time (the others run one shard).
 	Packages, Whole []string
 	Record          Record
-	Baseline        Baseline
 	Equivalents     Equivalents
 	// Shard is the shard this run takes, from 0 to Record.Shards-1 (shown
 	// as 1 to Record.Shards).
@@ -118,8 +166,14 @@ type CIOptions struct {
 	// Budget bounds the estimated wall time of the gremlins runs; a
 	// change whose mutants would not fit fails at once.
 	Budget time.Duration
-	// Env is added to gremlins' environment (a shared stack, GOFLAGS).
+	// Env is added to gremlins' environment (a shared stack, GOFLAGS),
+	// and to the re-runs of timed-out mutants.
 	Env []string
+	// Tags are the build tags gremlins' configuration gives go test, for
+	// the re-runs; TimeoutCoefficient is its timeout-coefficient, for
+	// naming the bound a mutant timed out at.
+	Tags               string
+	TimeoutCoefficient int
 	// TempDir is for gremlins' copies of the module; OutDir gets each
 	// package's report.
 	TempDir, OutDir string
@@ -180,21 +234,21 @@ func RunCI(ctx context.Context, o CIOptions) (CIRun, error) {
 			return CIRun{}, err
 		}
 		p.Changed = changed
-		pr := rec.Packages[name]
+		if _, ok := rec.Packages[name]; !ok {
+			return CIRun{}, fmt.Errorf("the record has no mutants of %s; run doublerun mutation record (or make mutation) and commit the record it writes", name)
+		}
 		var estimate time.Duration
 		if p.Whole {
-			p.Floor, p.FloorSource = o.Baseline[name], "the baseline"
-			estimate = rec.Estimate(name, pr.Mutants)
-		} else {
-			if len(pr.Shards) != rec.Shards {
-				return CIRun{}, fmt.Errorf("the record has no shard figures for %s; run make mutation and commit the record it writes", name)
+			n := 0
+			for k := range rec.Shards {
+				n += rec.ShardMutants(name, k)
 			}
+			estimate = rec.Estimate(name, n)
+		} else {
 			if p.Shard, err = ShardSelection(filepath.Join(o.Root, name), o.Shard, rec.Shards); err != nil {
 				return CIRun{}, err
 			}
-			sf := pr.Shards[o.Shard]
-			p.Floor, p.FloorSource = sf.Figures, fmt.Sprintf("shard %d/%d's record", o.Shard+1, rec.Shards)
-			estimate = rec.Estimate(name, sf.Mutants)
+			estimate = rec.Estimate(name, rec.ShardMutants(name, o.Shard))
 			// The changed lines outside the shard are what the record
 			// cannot foresee: count their mutants with a dry run.
 			if extra := changed.Minus(p.Shard); extra.Lines() > 0 {
@@ -222,19 +276,32 @@ func RunCI(ctx context.Context, o CIOptions) (CIRun, error) {
 		}
 		out := filepath.Join(o.OutDir, strings.ReplaceAll(p.Name, "/", "-")+".json")
 		start := time.Now()
+		var log bytes.Buffer
 		r, err := Unleash(ctx, UnleashOptions{Gremlins: o.Gremlins, Root: o.Root, Package: p.Name, Config: o.Config,
-			Selection: sel, Output: out, Env: o.Env, TempDir: o.TempDir})
+			Selection: sel, Output: out, Env: o.Env, TempDir: o.TempDir, Log: &log})
 		if errors.Is(err, ErrNothingSelected) {
 			continue
 		}
 		if err != nil {
 			return run, err
 		}
-		run.Packages[i].Report = r
 		logf("mutation: ./%s done in %s", p.Name, time.Since(start).Round(time.Second))
+		reruns, err := RerunTimedOut(ctx, p.Name, &r, GremlinsBound(log.String(), o.TimeoutCoefficient),
+			RerunOptions{Root: o.Root, Tags: o.Tags, Env: o.Env, TempDir: o.TempDir})
+		if err != nil {
+			return run, err
+		}
+		for _, rr := range reruns {
+			logf("mutation: %s", rr)
+		}
+		ms, err := Identify(o.Root, p.Name, r, KindCI)
+		if err != nil {
+			return run, err
+		}
+		run.Packages[i].Report, run.Packages[i].Mutants, run.Packages[i].Reruns = r, ms, reruns
 	}
 	run.Elapsed = time.Since(begin)
-	run.Results = JudgeCI(run.Packages, o.Equivalents)
+	run.Results = JudgeCI(run.Packages, rec, o.Equivalents)
 	return run, nil
 }
 

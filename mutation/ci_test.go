@@ -35,61 +35,97 @@ func atoi(s string) int {
 	return n
 }
 
+// judged runs JudgeCI on one package of lease whose mutants are mutants,
+// against a record holding recorded, and returns its failures.
+func judged(t *testing.T, changed Selection, recorded, mutants []RecordedMutant, eq Equivalents) []string {
+	t.Helper()
+	r := Report{GoModule: "m"}
+	for _, m := range mutants {
+		r.Files = append(r.Files, ReportFile{FileName: strings.TrimPrefix(m.File, "lease/"),
+			Mutations: []Mutation{{Type: m.Mutator, Status: m.Status, Line: m.Line, Column: m.Column}}})
+	}
+	rec := Record{Base: "0123456789abcdef", Shards: 8, Packages: map[string]PackageRecord{"lease": {Mutants: recorded}}}
+	res := JudgeCI([]CIPackage{{Name: "lease", Shard: Selection{"a.go": {1, 2, 3, 4, 5, 6, 7, 8, 9}}, Changed: changed, Report: r, Mutants: mutants}}, rec, eq)
+	require.Len(t, res, 1)
+	require.Equal(t, mutants, res[0].Mutants, "the result keeps the measured mutants for the next record")
+	return res[0].Failures
+}
+
+// rm is a mutant of lease/a.go whose line reads code.
+func rm(line, col int, mutator, code, status string) RecordedMutant {
+	return RecordedMutant{File: "lease/a.go", Line: line, Column: col, Mutator: mutator, Code: code, Status: status, Run: KindCI}
+}
+
+// Every rule of the per-submission gate, one case each: what fails, what
+// passes, and that the verdict never depends on a percentage.
 func TestJudgeCI(t *testing.T) {
 	t.Parallel()
 	const b, n = "CONDITIONALS_BOUNDARY", "CONDITIONALS_NEGATION"
 	eq := Equivalents{{File: "lease/a.go", Line: 9, Mutator: b, Code: "x", Why: "y"}}
-	shard := Selection{"a.go": {5, 6, 9}}
+	dry := func(m RecordedMutant) RecordedMutant { m.Run = KindDryRun; return m }
 	for _, tc := range []struct {
-		name    string
-		changed Selection
-		whole   bool
-		mutants []string
-		floor   Figures
-		want    []string
+		name     string
+		changed  Selection
+		recorded []RecordedMutant
+		mutants  []RecordedMutant
+		want     []string
 	}{
-		{"KilledChangedLinePasses", Selection{"a.go": {1}}, false,
-			[]string{"a.go:1:" + b + ":KILLED", "a.go:1:" + n + ":NOT VIABLE"}, Figures{}, nil},
-		{"EveryOtherStatusOfAChangedLineFails", Selection{"a.go": {1, 2, 3}}, false,
-			[]string{"a.go:1:" + b + ":LIVED", "a.go:2:" + b + ":NOT COVERED", "a.go:3:" + b + ":TIMED OUT", "a.go:4:" + b + ":SKIPPED"}, Figures{},
-			[]string{"lease/a.go:1:" + b + " LIVED on a changed line: no test fails", "lease/a.go:2:" + b + " NOT COVERED on a changed line: no test runs that line",
-				"lease/a.go:3:" + b + " TIMED OUT on a changed line: the mutant makes a test wait"}},
-		// Line 6 timed out, which counts in no score; line 7 is outside
-		// the shard and unchanged.
-		{"LivedInTheShardFails", nil, false,
-			[]string{"a.go:5:" + b + ":LIVED", "a.go:6:" + b + ":TIMED OUT", "a.go:7:" + b + ":LIVED"}, Figures{},
-			[]string{"lease/a.go:5:" + b + " LIVED: no test fails without that code"}},
-		{"AListedEquivalentIsExcusedEverywhere", Selection{"a.go": {9}}, false,
-			[]string{"a.go:9:" + b + ":LIVED", "a.go:9:" + n + ":KILLED"}, Figures{Efficacy: 100, Coverage: 100}, nil},
-		{"ALivedMutantOfAChangedLineInTheShardFailsOnce", Selection{"a.go": {5}}, false,
-			[]string{"a.go:5:" + b + ":LIVED"}, Figures{},
-			[]string{"lease/a.go:5:" + b + " LIVED on a changed line"}},
-		{"WholePackageFailsAnyLived", nil, true,
-			[]string{"a.go:70:" + b + ":LIVED", "a.go:71:" + b + ":KILLED"}, Figures{},
-			[]string{"lease/a.go:70:" + b + " LIVED: no test fails"}},
-		{"FiguresBelowTheFloorFail", nil, false,
-			[]string{"a.go:5:" + b + ":KILLED", "a.go:6:" + b + ":NOT COVERED"}, Figures{Efficacy: 100, Coverage: 60},
-			[]string{"lease: mutant coverage 50.00% is below shard 2's record 60.00%"}},
+		{"KilledOrNotViableOnAChangedLinePasses", Selection{"a.go": {1}}, nil,
+			[]RecordedMutant{rm(1, 5, b, "if a < b {", StatusKilled), rm(1, 5, n, "if a < b {", StatusNotViable)}, nil},
+		{"EveryOtherStatusOfAChangedLineFails", Selection{"a.go": {1, 2, 3}}, nil,
+			[]RecordedMutant{rm(1, 5, b, "l1", StatusLived), rm(2, 5, b, "l2", StatusNotCovered), rm(3, 5, b, "l3", StatusTimedOut)},
+			[]string{"lease/a.go:1:5:" + b + " LIVED on a changed line: no test fails", "lease/a.go:2:5:" + b + " NOT COVERED on a changed line: no test runs that line",
+				"lease/a.go:3:5:" + b + " TIMED OUT on a changed line: the mutant was not re-run alone"}},
+		{"ARecordedKilledMutantThatLivesFailsNamingItsTest", nil,
+			[]RecordedMutant{{File: "lease/a.go", Line: 2, Column: 5, Mutator: b, Code: "if a < b {", Status: StatusKilled, Run: KindCI, KilledBy: "TestA"}},
+			[]RecordedMutant{rm(5, 5, b, "if a < b {", StatusLived)},
+			[]string{"lease/a.go:5:5:" + b + " LIVED, where the record (ci run at 0123456789ab) has it KILLED by TestA: a test that caught it no longer does"}},
+		{"ADryRunCoveredMutantThatLivesFails", nil,
+			[]RecordedMutant{dry(rm(2, 5, b, "if a < b {", StatusRunnable))}, []RecordedMutant{rm(2, 5, b, "if a < b {", StatusLived)},
+			[]string{"lease/a.go:2:5:" + b + " LIVED, where the record (dry-run run at 0123456789ab) has it RUNNABLE: a test that caught it no longer does"}},
+		{"ACoveredMutantNowNotCoveredFails", nil,
+			[]RecordedMutant{dry(rm(2, 5, b, "if a < b {", StatusRunnable)), rm(3, 5, b, "y++", StatusKilled)},
+			[]RecordedMutant{rm(2, 5, b, "if a < b {", StatusNotCovered), rm(3, 5, b, "y++", StatusNotCovered)},
+			[]string{"lease/a.go:2:5:" + b + " NOT COVERED, where the record (dry-run run at 0123456789ab) has it RUNNABLE: no test runs that line any more",
+				"lease/a.go:3:5:" + b + " NOT COVERED, where the record (ci run at 0123456789ab) has it KILLED: no test runs that line any more"}},
+		{"NotCoveredBeforeAndNowPasses", nil,
+			[]RecordedMutant{rm(2, 5, b, "if a < b {", StatusNotCovered)}, []RecordedMutant{rm(2, 5, b, "if a < b {", StatusNotCovered)}, nil},
+		{"ANewMutantThatLivesFails", nil, nil, []RecordedMutant{rm(4, 5, b, "if c < d {", StatusLived)},
+			[]string{"lease/a.go:4:5:" + b + " LIVED, a mutant the record does not have: no test fails"}},
+		{"ANewMutantNotCoveredOffTheChangedLinesPasses", nil, nil, []RecordedMutant{rm(4, 5, b, "if c < d {", StatusNotCovered)}, nil},
+		{"AMutantStillTimedOutFails", nil, []RecordedMutant{rm(4, 5, b, "x", StatusKilled)}, []RecordedMutant{rm(4, 5, b, "x", StatusTimedOut)},
+			[]string{"lease/a.go:4:5:" + b + " TIMED OUT and not re-run alone"}},
+		{"KilledWhereTheRecordHasItNotCoveredPasses", nil,
+			[]RecordedMutant{rm(2, 5, b, "if a < b {", StatusNotCovered)}, []RecordedMutant{rm(2, 5, b, "if a < b {", StatusKilled)}, nil},
+		// The line's text matches, not its number, and the rank among a
+		// line's mutants of one mutator, not its column: re-indented
+		// code keeps its record.
+		{"AMovedLineKeepsItsRecord", nil,
+			[]RecordedMutant{rm(2, 5, b, "if a < b && c < d {", StatusKilled), rm(2, 14, b, "if a < b && c < d {", StatusNotCovered)},
+			[]RecordedMutant{rm(7, 9, b, "if a < b && c < d {", StatusKilled), rm(7, 18, b, "if a < b && c < d {", StatusNotCovered)}, nil},
+		{"TheSecondOfTwoSameLinesIsItsOwnMutant", nil,
+			[]RecordedMutant{rm(2, 5, b, "i++", StatusKilled), {File: "lease/a.go", Line: 6, Column: 5, Mutator: b, Code: "i++", Occurrence: 1, Status: StatusNotCovered, Run: KindCI}},
+			[]RecordedMutant{rm(2, 5, b, "i++", StatusKilled), {File: "lease/a.go", Line: 6, Column: 5, Mutator: b, Code: "i++", Occurrence: 1, Status: StatusLived, Run: KindCI}},
+			[]string{"lease/a.go:6:5:" + b + " LIVED, where the record (ci run at 0123456789ab) has it NOT COVERED"}},
+		{"AnotherMutatorIsAnotherMutant", nil,
+			[]RecordedMutant{rm(2, 5, n, "if a < b {", StatusKilled)}, []RecordedMutant{rm(2, 5, b, "if a < b {", StatusLived)},
+			[]string{"lease/a.go:2:5:" + b + " LIVED, a mutant the record does not have"}},
+		{"AListedEquivalentIsExcusedEverywhere", Selection{"a.go": {9}},
+			[]RecordedMutant{rm(9, 5, b, "x", StatusKilled)}, []RecordedMutant{rm(9, 5, b, "x", StatusLived), rm(9, 5, n, "x", StatusKilled)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := CIPackage{Name: "lease", Whole: tc.whole, Changed: tc.changed, Floor: tc.floor, FloorSource: "shard 2's record", Report: report(tc.mutants...)}
-			if !tc.whole {
-				p.Shard = shard
-			}
-			res := JudgeCI([]CIPackage{p}, eq)
-			require.Len(t, res, 1)
-			require.Len(t, res[0].Failures, len(tc.want), "%q", res[0].Failures)
+			got := judged(t, tc.changed, tc.recorded, tc.mutants, eq)
+			require.Len(t, got, len(tc.want), "%q", got)
 			for i, w := range tc.want {
-				require.True(t, strings.HasPrefix(res[0].Failures[i], w), "%q does not start with %q", res[0].Failures[i], w)
+				require.True(t, strings.HasPrefix(got[i], w), "%q does not start with %q", got[i], w)
 			}
 		})
 	}
 }
 
 // The shards of a nightly run merge into the report of the whole package,
-// and a record built from it scores each shard as the per-submission gate
-// selects it.
+// and a record built from it lists every mutant by identity.
 func TestMergeAndRecord(t *testing.T) {
 	t.Parallel()
 	a := report("a.go:1:CONDITIONALS_BOUNDARY:KILLED", "a.go:2:CONDITIONALS_BOUNDARY:SKIPPED", "b.go:3:ARITHMETIC_BASE:SKIPPED")
@@ -111,29 +147,30 @@ func TestMergeAndRecord(t *testing.T) {
 
 	root := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "lease"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("if a < b {\nif c < d {\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("if a < b {\n  if a < b {\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "b.go"), []byte("\n\nx := y + z\n"), 0o644))
-	const shards = 3
-	eq := Equivalents{{File: "lease/a.go", Line: 2, Mutator: "CONDITIONALS_BOUNDARY", Code: "if c < d {", Why: "w"}}
-	rec, err := RecordFrom(root, "abc", shards, []PackageReport{{"lease", m}}, eq)
+	rec, err := RecordFrom(root, "abc", 3, []PackageReport{{"lease", m}}, KindFull)
 	require.NoError(t, err)
 	p := rec.Packages["lease"]
-	require.Equal(t, 1, p.Mutants, "the listed lived mutant counts in no score")
-	require.Equal(t, 30.0, p.SecondsPerMutant)
-	require.Len(t, p.Shards, shards)
+	require.Equal(t, 15.0, p.SecondsPerMutant, "30 s over the two mutants whose tests ran")
+	require.Equal(t, []RecordedMutant{
+		{File: "lease/a.go", Line: 1, Column: 1, Mutator: "CONDITIONALS_BOUNDARY", Code: "if a < b {", Status: StatusKilled, Run: KindFull},
+		{File: "lease/a.go", Line: 2, Column: 1, Mutator: "CONDITIONALS_BOUNDARY", Code: "if a < b {", Occurrence: 1, Status: StatusLived, Run: KindFull},
+		{File: "lease/b.go", Line: 3, Column: 1, Mutator: "ARITHMETIC_BASE", Code: "x := y + z", Status: StatusNotCovered, Run: KindFull},
+	}, p.Mutants)
 	total := 0
-	for k, sf := range p.Shards {
-		sel, err := ShardSelection(filepath.Join(root, "lease"), k, shards)
-		require.NoError(t, err)
-		want := 0
-		if sel.Has("a.go", 1) {
-			want = 1
-		}
-		require.Equal(t, want, sf.Mutants, "shard %d", k)
-		total += sf.Mutants
+	for k := range rec.Shards {
+		total += rec.ShardMutants("lease", k)
 	}
-	require.Equal(t, 1, total)
-	require.Empty(t, eq.Stale(root))
+	require.Equal(t, 2, total, "the shards' runnable mutants add up to the package's; the not covered one costs nothing")
+	file := filepath.Join(t.TempDir(), "record.json")
+	require.NoError(t, rec.Write(file))
+	back, err := ReadRecord(file)
+	require.NoError(t, err)
+	require.Equal(t, rec, back)
+
+	_, err = RecordFrom(root, "abc", 3, []PackageReport{{"lease", report("gone.go:1:ARITHMETIC_BASE:KILLED")}}, KindFull)
+	require.ErrorContains(t, err, "gone.go")
 }
 
 func TestEquivalents(t *testing.T) {

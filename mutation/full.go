@@ -4,9 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
+	"time"
 )
 
 // MergeReports joins reports of one package that ran disjoint selections
@@ -65,35 +64,20 @@ func MergeReports(reports []Report) (Report, error) {
 
 // RecordFrom is the record of a gate run that passed on every mutant of
 // the packages in reports, at commit base: per package the cost of a
-// mutant and each of the shards' figures, scored as the gate scores them
-// (listed equivalents left out). root is the module root, whose sources
-// decide each mutant's shard.
-func RecordFrom(root, base string, shards int, reports []PackageReport, eq Equivalents) (Record, error) {
+// mutant and every mutant by identity with its status, kind saying which
+// kind of run measured them (KindFull, or KindDryRun for a dry run's
+// reports). root is the module root, whose sources give each mutant its
+// identity.
+func RecordFrom(root, base string, shards int, reports []PackageReport, kind string) (Record, error) {
 	rec := Record{Base: base, Shards: shards, Packages: map[string]PackageRecord{}}
-	opts := GateOptions{Equivalents: eq, Strict: true}
 	for _, pr := range reports {
-		of := map[string][]int{}
-		for _, f := range pr.Report.Files {
-			data, err := os.ReadFile(filepath.Join(root, pr.Name, f.FileName))
-			if err != nil {
-				return Record{}, fmt.Errorf("record: %w", err)
-			}
-			of[f.FileName] = shardOfLines(f.FileName, data, shards)
+		ms, err := Identify(root, pr.Name, pr.Report, kind)
+		if err != nil {
+			return Record{}, fmt.Errorf("record: %w", err)
 		}
-		whole := scorePackage(pr.Name, pr.Report, opts, nil)
-		p := PackageRecord{Mutants: whole.Score.Tested()}
-		if per := whole.Score.PerMutant(whole.Elapsed); per > 0 {
+		p := PackageRecord{Mutants: ms}
+		if per := pr.Report.count().PerMutant(time.Duration(pr.Report.ElapsedTime * float64(time.Second))); per > 0 && kind != KindDryRun {
 			p.SecondsPerMutant = math.Ceil(per.Seconds()*100) / 100 // rounded up: an estimate errs long
-		}
-		for k := range shards {
-			part := scorePackage(pr.Name, pr.Report, opts, func(file string, m Mutation) bool {
-				lines := of[file]
-				return m.Line < len(lines) && lines[m.Line] == k
-			})
-			p.Shards = append(p.Shards, ShardFigures{
-				Figures: Figures{Efficacy: floor2(part.Score.Efficacy()), Coverage: floor2(part.Score.Coverage())},
-				Mutants: part.Score.Tested(),
-			})
 		}
 		rec.Packages[pr.Name] = p
 	}

@@ -203,6 +203,9 @@ func (s Score) add(o Score) Score {
 		s.NotViable + o.NotViable, s.Skipped + o.Skipped, s.Runnable + o.Runnable, s.Excused + o.Excused}
 }
 
+// Count tallies the report's mutants by status.
+func (r Report) Count() Score { return r.count() }
+
 func (r Report) count() Score {
 	var s Score
 	for _, f := range r.Files {

@@ -48,6 +48,9 @@ type GuardOptions struct {
 	// Tags are go test's build tags, such as doublerun_nodocker for test
 	// binaries that reach a shared stack and need no docker provider.
 	Tags string
+	// RerunFactor times the unmutated run's time of its tests bounds the
+	// re-run alone of a guard that timed out; default DefaultRerunFactor.
+	RerunFactor float64
 	// Progress, if set, is called as each guard finishes, with its index
 	// in the guards slice. Calls come from several goroutines at once.
 	Progress func(i int, r GuardResult)
@@ -73,6 +76,9 @@ type GuardResult struct {
 	// Output is the last lines of the go test run behind a verdict other
 	// than Killed, for diagnosis.
 	Output string `json:"output,omitempty"`
+	// Rerun, for a guard that timed out beside the others, says what its
+	// re-run alone found, with both runs' times.
+	Rerun string `json:"rerun,omitempty"`
 }
 
 // Passed reports whether the guard passes the gate.
@@ -94,6 +100,7 @@ func RunGuards(ctx context.Context, guards []Guard, opts GuardOptions) ([]GuardR
 	opts.Timeout = cmp.Or(opts.Timeout, DefaultGuardTimeout)
 	opts.KillGrace = cmp.Or(opts.KillGrace, DefaultKillGrace)
 	opts.Go = cmp.Or(opts.Go, "go")
+	opts.RerunFactor = cmp.Or(opts.RerunFactor, DefaultRerunFactor)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -135,13 +142,58 @@ func RunGuards(ctx context.Context, guards []Guard, opts GuardOptions) ([]GuardR
 				return
 			}
 			results[i] = res
-			if opts.Progress != nil {
+			if opts.Progress != nil && res.Outcome != TimedOut {
 				opts.Progress(i, res)
 			}
 		})
 	}
 	wg.Wait()
+	// A timeout is not a verdict: it depends on the machine's load. Each
+	// guard that timed out runs again alone, one at a time, bounded by
+	// RerunFactor times its tests' unmutated run, and is judged by that.
+	for i, res := range results {
+		if res.Outcome != TimedOut || ctx.Err() != nil {
+			continue
+		}
+		results[i] = r.rerun(ctx, i, guards[i], res)
+		if ctx.Err() != nil {
+			results[i] = GuardResult{}
+			break
+		}
+		if opts.Progress != nil {
+			opts.Progress(i, results[i])
+		}
+	}
 	return results, ctx.Err()
+}
+
+// rerun runs a guard that timed out again alone, with its mutant's
+// overlay, bounded by RerunFactor times its tests' unmutated run, and
+// returns its verdict: KILLED (a test failed, or the mutant hung them
+// again: its own endless loop), SURVIVED, or what else that run found.
+func (r *runner) rerun(ctx context.Context, i int, g Guard, first GuardResult) GuardResult {
+	b := r.baseline(ctx, g)
+	bound := time.Duration(float64(b.took) * r.opts.RerunFactor)
+	ov := filepath.Join(r.dir, fmt.Sprintf("guard-%d", i), "overlay.json")
+	start := time.Now()
+	o, detail, out := r.goTest(ctx, g, ov, bound)
+	took := time.Since(start)
+	res := first
+	verdict := string(o)
+	if o == TimedOut {
+		o, verdict = Killed, "KILLED by its own endless loop (timed out again alone)"
+	}
+	res.Outcome, res.Detail = o, detail
+	res.Rerun = fmt.Sprintf("TIMED_OUT beside the others (bound %s, after %s); alone: %s in %s, bound %s (%g × its tests' unmutated %s)",
+		r.opts.Timeout, first.Duration.Round(100*time.Millisecond), verdict, took.Round(100*time.Millisecond),
+		bound.Round(100*time.Millisecond), r.opts.RerunFactor, b.took.Round(100*time.Millisecond))
+	res.Duration += took
+	res.Seconds = res.Duration.Seconds()
+	res.Output = ""
+	if o != Killed && len(out) > 0 {
+		res.Output = tail(out, 40)
+	}
+	return res
 }
 
 type runner struct {
@@ -157,6 +209,7 @@ type runner struct {
 // package and run pattern.
 type baseline struct {
 	done    chan struct{}
+	took    time.Duration
 	outcome Outcome
 	detail  string
 	output  []byte
@@ -208,7 +261,7 @@ func (r *runner) judge(ctx context.Context, i int, g Guard) GuardResult {
 	if err := os.WriteFile(ovPath, overlay, 0o600); err != nil {
 		return finish(Errored, err.Error(), nil)
 	}
-	o, detail, out := r.goTest(ctx, g, ovPath)
+	o, detail, out := r.goTest(ctx, g, ovPath, r.opts.Timeout)
 	// Compiler errors name the overlay file; name the real one instead.
 	detail = strings.ReplaceAll(detail, mutPath, g.File)
 	return finish(o, detail, bytes.ReplaceAll(out, []byte(mutPath), []byte(g.File)))
@@ -233,17 +286,19 @@ func (r *runner) baseline(ctx context.Context, g Guard) *baseline {
 		}
 		return b
 	}
-	b.outcome, b.detail, b.output = r.goTest(ctx, g, "")
+	start := time.Now()
+	b.outcome, b.detail, b.output = r.goTest(ctx, g, "", r.opts.Timeout)
+	b.took = time.Since(start)
 	close(b.done)
 	return b
 }
 
-// goTest runs g's tests, with the overlay file if one is given, and
-// classifies the run.
-func (r *runner) goTest(ctx context.Context, g Guard, overlay string) (Outcome, string, []byte) {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+// goTest runs g's tests, with the overlay file if one is given, bounded by
+// timeout, and classifies the run.
+func (r *runner) goTest(ctx context.Context, g Guard, overlay string, timeout time.Duration) (Outcome, string, []byte) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := []string{"test", "-count=1", "-vet=off", "-timeout", testTimeout(r.opts.Timeout).String()}
+	args := []string{"test", "-count=1", "-vet=off", "-timeout", testTimeout(timeout).String()}
 	if r.opts.Tags != "" {
 		args = append(args, "-tags", r.opts.Tags)
 	}
@@ -265,7 +320,7 @@ func (r *runner) goTest(ctx context.Context, g Guard, overlay string) (Outcome, 
 	err := cmd.Run()
 	sweep()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return TimedOut, fmt.Sprintf("killed after the guard timeout of %s", r.opts.Timeout), out.Bytes()
+		return TimedOut, fmt.Sprintf("killed after its bound of %s", timeout.Round(100*time.Millisecond)), out.Bytes()
 	}
 	var exitErr *exec.ExitError
 	code := 0

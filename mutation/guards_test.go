@@ -84,10 +84,20 @@ func TestRunGuardsTimesOut(t *testing.T) {
 	t.Parallel()
 	guards := fixtureGuards(t, "timeout.guards.json")
 	start := time.Now()
-	results, err := RunGuards(t.Context(), guards, GuardOptions{Timeout: 8 * time.Second, KillGrace: time.Second})
+	var progressed []GuardResult
+	results, err := RunGuards(t.Context(), guards, GuardOptions{Timeout: 8 * time.Second, KillGrace: time.Second,
+		Progress: func(_ int, r GuardResult) { progressed = append(progressed, r) }})
 	require.NoError(t, err)
-	require.Equal(t, TimedOut, results[0].Outcome, "%s\n%s", results[0].Detail, results[0].Output)
-	require.Less(t, time.Since(start), 30*time.Second)
+	// It timed out beside the others, and again alone with three times
+	// its tests' unmutated time: the mutant's own endless loop kills it.
+	require.Equal(t, Killed, results[0].Outcome, "%s\n%s", results[0].Detail, results[0].Output)
+	require.Contains(t, results[0].Rerun, "TIMED_OUT beside the others (bound 8s, after ")
+	require.Contains(t, results[0].Rerun, "alone: KILLED by its own endless loop (timed out again alone) in ")
+	require.Contains(t, results[0].Rerun, "(3 × its tests' unmutated ")
+	require.Equal(t, results, progressed, "progress reports the verdict after the re-run, once")
+	// Two bounds and the kill grace; the first is 8 s, the re-run's a few
+	// seconds on an idle machine.
+	require.Less(t, time.Since(start), 90*time.Second)
 }
 
 // Cancelling RunGuards while a test binary runs kills the whole process

@@ -2,21 +2,27 @@ package mutation
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"path"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
-// Record is what the last passing gate run wrote to
-// testdata/mutation/record.json, for the next submission's gate (CI):
-// the commit it passed on, the shard count, and per package the cost of a
-// mutant and each shard's figures. Only a passing run writes it, never a
-// hand: `make mutation` (every mutant) or `make mutation-ci` (one shard
-// and the change), each on a clean working tree.
+// Record is testdata/mutation/record.json: the commit the last passing
+// gate run passed on, the shard count, and per package every mutant by
+// identity with the status a run measured for it. The next submission's
+// gate compares its mutants with these, one by one; percentages are
+// recomputed from them for the printout and never compared. Only a run
+// writes it, never a hand: `make mutation` (every mutant), `doublerun
+// mutation ci --write-record` (one shard and the change, the rest carried
+// over) or `doublerun mutation record` (a dry run: coverage only).
 type Record struct {
 	// Base is the commit the run passed on; the next gate mutates the
 	// lines changed since.
@@ -24,7 +30,7 @@ type Record struct {
 	// Shards is how many shards a package's lines are split into
 	// (ShardOf).
 	Shards int `json:"shards"`
-	// Packages are the gated packages' figures, by package directory.
+	// Packages are the gated packages, by package directory.
 	Packages map[string]PackageRecord `json:"packages"`
 }
 
@@ -34,21 +40,93 @@ type PackageRecord struct {
 	// wall time over the mutants it ran: the gate's estimate of its own
 	// wall time.
 	SecondsPerMutant float64 `json:"seconds_per_mutant"`
-	// Mutants counts the mutants whose tests ran in the whole package.
-	Mutants int `json:"mutants"`
-	// Shards are the figures of each shard's mutants, Shards of them, as
-	// floors: a shard's next run must reach them.
-	Shards []ShardFigures `json:"shards,omitempty"`
+	// Mutants are every mutant of the package at the base, sorted by file,
+	// line and column.
+	Mutants []RecordedMutant `json:"mutants"`
 }
 
-// ShardFigures are one shard's figures and how many mutants it ran.
-type ShardFigures struct {
-	Figures
-	Mutants int `json:"mutants"`
+// The kinds of run that write a recorded mutant's status.
+const (
+	// KindDryRun is a gremlins dry run: RUNNABLE (a test covers it) or
+	// NOT COVERED, measured by its go test -cover; no mutant ran.
+	KindDryRun = "dry-run"
+	// KindCI is a per-submission gate run (one shard and the change).
+	KindCI = "ci"
+	// KindFull is a run of every mutant (make mutation, or mutation gate
+	// on its reports).
+	KindFull = "full"
+)
+
+// RecordedMutant is one mutant of the record. Its identity is its file,
+// the text of its line (Code, without surrounding blanks), how many lines
+// of the same text come before it in the file (Occurrence), its mutator,
+// and its rank among the mutants of that mutator on the line: a line that
+// moves without changing keeps its mutants, as it keeps its shard. Line
+// and Column say where it was at the base.
+type RecordedMutant struct {
+	// File is relative to the module root ("lease/advisory.go").
+	File       string `json:"file"`
+	Line       int    `json:"line"`
+	Column     int    `json:"column"`
+	Mutator    string `json:"mutator"`
+	Code       string `json:"code"`
+	Occurrence int    `json:"occurrence,omitempty"`
+	// Status is KILLED, LIVED, NOT VIABLE, NOT COVERED, or RUNNABLE (a
+	// dry run's "a test covers it"). TIMED OUT is never recorded: the gate
+	// re-runs such a mutant alone and records what that run measured.
+	Status string `json:"status"`
+	// Run is the kind of run that measured Status (KindDryRun, KindCI,
+	// KindFull).
+	Run string `json:"run"`
+	// KilledBy names the tests that failed on the mutant, when the run
+	// knows them: gremlins v0.6.0 does not say, a re-run alone does.
+	KilledBy string `json:"killed_by,omitempty"`
 }
 
-// ReadRecord reads a record file. A missing file is an error that says how
-// to make one.
+// recordStatuses are the statuses a record may hold.
+var recordStatuses = []string{StatusKilled, StatusLived, StatusNotViable, StatusNotCovered, StatusRunnable}
+
+// covered says whether a recorded status means a test ran the mutant's
+// line: killed, lived or not viable, or RUNNABLE in a dry run.
+func covered(status string) bool { return status != StatusNotCovered }
+
+// key is a mutant's identity (see RecordedMutant).
+type key struct {
+	file, code string
+	occurrence int
+	mutator    string
+	rank       int
+}
+
+func (m RecordedMutant) at() string {
+	return fmt.Sprintf("%s:%d:%d:%s", m.File, m.Line, m.Column, m.Mutator)
+}
+
+// keyed indexes mutants by identity, ranking the mutants of one mutator on
+// one line by column.
+func keyed(ms []RecordedMutant) map[key]int {
+	order := make([]int, len(ms))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(strings.Compare(ms[a].File, ms[b].File), cmp.Compare(ms[a].Line, ms[b].Line), cmp.Compare(ms[a].Column, ms[b].Column))
+	})
+	out := map[key]int{}
+	rank := map[key]int{}
+	for _, i := range order {
+		m := ms[i]
+		line := key{m.File, m.Code, m.Occurrence, m.Mutator, 0}
+		k := line
+		k.rank = rank[line]
+		rank[line]++
+		out[k] = i
+	}
+	return out
+}
+
+// ReadRecord reads a record file and checks it. A missing file is an
+// error that says how to make one.
 func ReadRecord(file string) (Record, error) {
 	data, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
@@ -61,26 +139,49 @@ func ReadRecord(file string) (Record, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		return Record{}, fmt.Errorf("%s: %w", file, err)
+		return Record{}, fmt.Errorf("%s: %w (a record from before mutants were recorded one by one? run doublerun mutation record and commit what it writes)", file, err)
 	}
 	if r.Base == "" || r.Shards < 1 {
 		return Record{}, fmt.Errorf("%s names no base commit or no shard count; run make mutation and commit the record it writes", file)
 	}
 	for name, p := range r.Packages {
-		if len(p.Shards) != 0 && len(p.Shards) != r.Shards {
-			return Record{}, fmt.Errorf("%s: %s has figures for %d shards, not %d; run make mutation and commit the record it writes", file, name, len(p.Shards), r.Shards)
+		seen := map[string]bool{}
+		for _, m := range p.Mutants {
+			switch {
+			case !slices.Contains(mutators, m.Mutator):
+				return Record{}, fmt.Errorf("%s: %s has the unknown mutator %q", file, m.at(), m.Mutator)
+			case !slices.Contains(recordStatuses, m.Status):
+				return Record{}, fmt.Errorf("%s: %s has the status %q, which a record does not hold", file, m.at(), m.Status)
+			case !slices.Contains([]string{KindDryRun, KindCI, KindFull}, m.Run):
+				return Record{}, fmt.Errorf("%s: %s names no kind of run (%q)", file, m.at(), m.Run)
+			case m.Line < 1 || m.Column < 1 || m.Occurrence < 0 || !strings.HasPrefix(m.File, name+"/"):
+				return Record{}, fmt.Errorf("%s: %s is not a mutant of %s", file, m.at(), name)
+			}
+			if seen[m.at()] {
+				return Record{}, fmt.Errorf("%s: %s lists %s twice", file, name, m.at())
+			}
+			seen[m.at()] = true
 		}
 	}
 	return r, nil
 }
 
-// Write writes the record as indented JSON.
+// Write writes the record as indented JSON, each package's mutants sorted.
 func (r Record) Write(file string) error {
+	for _, p := range r.Packages {
+		sortMutants(p.Mutants)
+	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(file, append(data, '\n'), 0o644)
+}
+
+func sortMutants(ms []RecordedMutant) {
+	slices.SortFunc(ms, func(a, b RecordedMutant) int {
+		return cmp.Or(strings.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column), strings.Compare(a.Mutator, b.Mutator))
+	})
 }
 
 // Estimate is the wall time the gremlins runs of mutants mutants of pkg
@@ -90,31 +191,118 @@ func (r Record) Estimate(pkg string, mutants int) time.Duration {
 	return time.Duration(float64(mutants) * r.Packages[pkg].SecondsPerMutant * float64(time.Second))
 }
 
-// After is the record of a passing per-submission run of the given shard
-// on commit head: head as the base, the shard's figures raised to what the
-// run measured (never lowered) with its mutant count, and each package's
-// cost of a mutant as measured.
-func (r Record) After(run CIRun, shard int, head string) Record {
-	out := r
-	out.Base = head
-	out.Packages = map[string]PackageRecord{}
+// ShardMutants counts the recorded mutants of pkg in shard k whose tests
+// run (every status but NOT COVERED): what a run of that shard costs.
+func (r Record) ShardMutants(pkg string, k int) int {
+	n := 0
+	for _, m := range r.Packages[pkg].Mutants {
+		if covered(m.Status) && ShardOf(strings.TrimPrefix(m.File, pkg+"/"), m.Code, m.Occurrence, r.Shards) == k {
+			n++
+		}
+	}
+	return n
+}
+
+// Identify gives every mutant of a gremlins report of package pkg (a
+// directory relative to root) its identity, from the package's sources in
+// root, with the given status source: the mutants the report ran, with
+// their statuses, SKIPPED ones left out.
+func Identify(root, pkg string, r Report, run string) ([]RecordedMutant, error) {
+	var out []RecordedMutant
+	for _, f := range r.Files {
+		data, err := os.ReadFile(filepath.Join(root, pkg, f.FileName))
+		if err != nil {
+			return nil, fmt.Errorf("identify the mutants of %s: %w", pkg, err)
+		}
+		lines := strings.Split(string(data), "\n")
+		occ := occurrences(lines)
+		for _, m := range f.Mutations {
+			if m.Status == StatusSkipped {
+				continue
+			}
+			if m.Line > len(lines) {
+				return nil, fmt.Errorf("gremlins names %s:%d, but the file has %d lines", f.FileName, m.Line, len(lines))
+			}
+			out = append(out, RecordedMutant{File: path.Join(pkg, filepath.ToSlash(f.FileName)), Line: m.Line, Column: m.Column,
+				Mutator: m.Type, Code: strings.TrimSpace(lines[m.Line-1]), Occurrence: occ[m.Line-1], Status: m.Status, Run: run})
+		}
+	}
+	sortMutants(out)
+	return out, nil
+}
+
+// occurrences says, for each line, how many lines of the same text
+// (without surrounding blanks) come before it.
+func occurrences(lines []string) []int {
+	seen := map[string]int{}
+	out := make([]int, len(lines))
+	for i, l := range lines {
+		t := strings.TrimSpace(l)
+		out[i] = seen[t]
+		seen[t]++
+	}
+	return out
+}
+
+// located finds where a recorded line is now in the package's sources
+// under root: its line number, or 0 when no line of its file reads its
+// text that many times (the line changed or went).
+func located(root string, m RecordedMutant, cache map[string][]string) int {
+	lines, ok := cache[m.File]
+	if !ok {
+		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(m.File)))
+		if err == nil {
+			lines = strings.Split(string(data), "\n")
+		}
+		cache[m.File] = lines
+	}
+	n := 0
+	for i, l := range lines {
+		if strings.TrimSpace(l) == m.Code {
+			if n == m.Occurrence {
+				return i + 1
+			}
+			n++
+		}
+	}
+	return 0
+}
+
+// After is the record of a passing gate run at commit head: head as the
+// base; the mutants the run measured, with the statuses it measured
+// (re-runs of timed-out mutants applied); every other recorded mutant
+// carried over by identity when its line still reads the same in root,
+// at its line now, and dropped when its line changed or went. Each
+// package's cost of a mutant is the run's when it ran any.
+func (r Record) After(root string, run CIRun, head, kind string) Record {
+	out := Record{Base: head, Shards: r.Shards, Packages: map[string]PackageRecord{}}
 	for name, p := range r.Packages {
-		p.Shards = slices.Clone(p.Shards)
 		out.Packages[name] = p
 	}
 	for i, res := range run.Results {
 		p := run.Packages[i]
 		pr := out.Packages[res.Name]
+		ran := keyed(res.Mutants)
+		cache := map[string][]string{}
+		var ms []RecordedMutant
+		for k, j := range keyed(pr.Mutants) {
+			if _, now := ran[k]; now {
+				continue
+			}
+			m := pr.Mutants[j]
+			if line := located(root, m, cache); line > 0 {
+				m.Line = line
+				ms = append(ms, m)
+			}
+		}
+		for _, m := range res.Mutants {
+			m.Run = kind
+			ms = append(ms, m)
+		}
+		sortMutants(ms)
+		pr.Mutants = ms
 		if tested := res.Part.Score.Tested() + res.Changed.Score.Tested(); tested > 0 && p.Report.ElapsedTime > 0 {
 			pr.SecondsPerMutant = math.Ceil(p.Report.ElapsedTime/float64(tested)*100) / 100
-		}
-		if p.Whole {
-			pr.Mutants = res.Part.Score.Tested()
-		} else if shard < len(pr.Shards) {
-			sf := &pr.Shards[shard]
-			sf.Efficacy = max(sf.Efficacy, floor2(res.Part.Score.Efficacy()))
-			sf.Coverage = max(sf.Coverage, floor2(res.Part.Score.Coverage()))
-			sf.Mutants = res.Part.Score.Tested()
 		}
 		out.Packages[res.Name] = pr
 	}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make mutation: gremlins on every mutant of lease, worker and
-# scenarios/oracle on one shared stack, gated against
-# testdata/mutation/baseline.json and equivalents.json; a pass on a clean
+# scenarios/oracle on one shared stack, each mutant compared with
+# testdata/mutation/record.json's (equivalents.json excused); a pass on a clean
 # working tree writes testdata/mutation/record.json, the base of the
 # per-submission gate (make mutation-ci). It is `doublerun mutation full
 # --write-record`; see `doublerun mutation --help`.

@@ -20,10 +20,11 @@ import (
 const mutationUsage = `Usage:
   doublerun mutation ci     [--shard K] [--budget D] [--write-record] [--guards=false] [--all-guards]
                             [--packages LIST]
-                            [--record FILE] [--baseline FILE] [--equivalents FILE]
+                            [--record FILE] [--equivalents FILE]
                             [--manifest GLOB] [--out DIR]
   doublerun mutation full   [--packages LIST] [--shard K/N] [--shards N]
-                            [--write-record] [--out DIR]
+                            [--write-record] [--record FILE] [--equivalents FILE] [--out DIR]
+  doublerun mutation record [--at COMMIT] [--record FILE] [--shards N] [--out DIR]
   doublerun mutation guards [--manifest GLOB] [--guard REGEX] [--parallel N]
                             [--timeout D] [--share-stack] [--json]
   doublerun mutation gate   --report [NAME=]FILE [--report ...] [--merge]
@@ -37,19 +38,30 @@ ci      the gate of every submission (make mutation-ci): gremlins on every
         lines of lease, worker and scenarios/oracle in turn (1 + commits
         modulo shards), then the named guards whose file,
         package or manifest changed since the base and those of the
-        shard (--all-guards for every one), all on one shared stack. A
-        mutant of a changed line must be KILLED; a LIVED
-        mutant fails unless testdata/mutation/equivalents.json lists it;
-        a shard's figures must reach its record. A change whose own
+        shard (--all-guards for every one), all on one shared stack.
+        Each mutant is compared with the record's (by file, line text
+        and mutator): a mutant of a changed line must be KILLED (or not
+        compile); a recorded covered mutant must not be NOT COVERED; a
+        LIVED mutant fails unless testdata/mutation/equivalents.json
+        lists it. Percentages are printed, never compared. A TIMED OUT
+        mutant or guard is run again alone, bounded by three times its
+        package's clean test time in the same run, and judged by that
+        run; the output names each with both times. A change whose own
         mutants (on changed lines outside the shard) would take longer
         than --budget fails at once: run make mutation and commit its
         record.
 
 full    gremlins on every mutant of the gated packages (make mutation), or
         of one shard of their lines (--shard K/N, a nightly job), on one
-        shared stack; unsharded, gates the reports as gate does with the
-        committed baseline and equivalents, and --write-record writes the
-        record on a pass.
+        shared stack, timed-out mutants re-run alone as in ci; unsharded,
+        judges every mutant against the record as ci does, and
+        --write-record writes the record on a pass.
+
+record  the record of a commit (default: the record's base) from a
+        gremlins dry run of each gated package in a worktree of it: every
+        mutant RUNNABLE or NOT COVERED as that commit's go test -cover
+        found it, the cost of a mutant kept from the old record. Minutes,
+        where make mutation takes most of an hour.
 
 guards  applies each named guard mutant of the manifests (see
         testdata/mutation/README.md) through go test -overlay, runs the
@@ -78,11 +90,11 @@ gate    reads gremlins JSON reports (gremlins unleash --output FILE), one
 func mutationCommand() command {
 	return command{
 		name:    "mutation",
-		summary: "gate every submission (ci), run gremlins whole (full), prove the guards' tests (guards), gate reports (gate)",
+		summary: "gate every submission (ci), run gremlins whole (full), record a commit's mutants (record), prove the guards' tests (guards), gate reports (gate)",
 		usage:   mutationUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if len(args) == 0 {
-				return usageError{"missing subcommand: ci, full, guards or gate"}
+				return usageError{"missing subcommand: ci, full, guards, gate or record"}
 			}
 			switch args[0] {
 			case "ci":
@@ -93,11 +105,13 @@ func mutationCommand() command {
 				return mutationGuards(ctx, e, args[1:])
 			case "gate":
 				return mutationGate(ctx, e, args[1:])
+			case "record":
+				return mutationRecord(ctx, e, args[1:])
 			case "-h", "-help", "--help", "help":
 				fmt.Fprint(e.stdout, mutationUsage)
 				return nil
 			}
-			return usageError{fmt.Sprintf("unknown subcommand %q: use ci, full, guards or gate", args[0])}
+			return usageError{fmt.Sprintf("unknown subcommand %q: use ci, full, guards, gate or record", args[0])}
 		},
 	}
 }
@@ -150,6 +164,9 @@ func mutationGuards(ctx context.Context, e *env, args []string) error {
 			defer mu.Unlock()
 			done++
 			fmt.Fprintf(e.stderr, "[%d/%d] %s %s %s: %s\n", done, len(guards), r.ID, r.Outcome, r.Duration.Round(100*time.Millisecond), r.Detail)
+			if r.Rerun != "" {
+				fmt.Fprintf(e.stderr, "    re-run: %s\n", r.Rerun)
+			}
 			if !r.Passed() && r.Output != "" {
 				fmt.Fprintf(e.stderr, "%s\n", indent(r.Output, "    | "))
 			}
@@ -218,6 +235,11 @@ func printGuards(e *env, results []mutation.GuardResult, took time.Duration, asJ
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.Outcome, r.Duration.Round(100*time.Millisecond), r.Detail)
 		}
 		tw.Flush()
+		for _, r := range results {
+			if r.Rerun != "" {
+				fmt.Fprintf(e.stdout, "RE-RUN guard %s %s\n", r.ID, r.Rerun)
+			}
+		}
 		fmt.Fprintf(e.stdout, "%d of %d guards killed in %s\n", len(results)-len(failed), len(results), took.Round(time.Second))
 	}
 	if len(failed) > 0 {
@@ -357,7 +379,7 @@ func gateReports(ctx context.Context, e *env, prs []mutation.PackageReport, req 
 		if err != nil {
 			return err
 		}
-		rec, err := mutation.RecordFrom(req.root, head, req.shards, prs, opts.Equivalents)
+		rec, err := mutation.RecordFrom(req.root, head, req.shards, prs, mutation.KindFull)
 		if err != nil {
 			return err
 		}

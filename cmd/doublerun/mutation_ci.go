@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -47,7 +48,6 @@ const gateTags = "doublerun_nodocker"
 func mutationCI(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("mutation ci", mutationUsage, e)
 	recordFile := fs.String("record", "testdata/mutation/record.json", "the last passing gate run's record, relative to the repository root unless given")
-	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor, relative to the repository root unless given")
 	eqFile := fs.String("equivalents", "testdata/mutation/equivalents.json", "listed equivalent mutants, relative to the repository root unless given")
 	manifest := fs.String("manifest", mutation.DefaultManifests, "glob of guard manifests, relative to the repository root unless given")
 	budget := fs.Duration("budget", 8*time.Minute, "bound on the estimated wall time of the mutants on changed lines outside the shard; a change that would take longer fails at once")
@@ -56,14 +56,14 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	packages := fs.String("packages", strings.Join(gatedPackages, ","), "the gated packages to run, comma-separated; fewer than all is for a local look, not a gate")
 	guards := fs.Bool("guards", true, "run the named guards too: those of the shard and those whose file, package or manifest changed since the base")
 	allGuards := fs.Bool("all-guards", false, "run every named guard, not only the shard's and the changed ones")
-	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record: this commit as the base, the shard's figures raised")
+	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record: this commit as the base, the mutants this run measured, the others carried over")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		name  string
 		value *string
-	}{{"record", recordFile}, {"baseline", baselineFile}, {"equivalents", eqFile}, {"manifest", manifest}} {
+	}{{"record", recordFile}, {"equivalents", eqFile}, {"manifest", manifest}} {
 		if err := defaultInRepo(fs, f.name, f.value, "mutation ci", "--"+f.name+" FILE"); err != nil {
 			return err
 		}
@@ -84,10 +84,6 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 		return usageError{"--write-record needs every gated package: a record's base covers all of them"}
 	}
 	rec, err := mutation.ReadRecord(*recordFile)
-	if err != nil {
-		return err
-	}
-	baseline, err := mutation.ReadBaseline(*baselineFile)
 	if err != nil {
 		return err
 	}
@@ -145,8 +141,9 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 
 	run, err := mutation.RunCI(ctx, mutation.CIOptions{
 		Root: root, Gremlins: g.gremlins, Config: filepath.Join(root, ".gremlins.yaml"),
-		Packages: pkgs, Whole: wholePackages, Record: rec, Baseline: baseline, Equivalents: eq,
-		Shard: shard, Budget: *budget, Env: g.env, TempDir: g.tmp, OutDir: outDir,
+		Packages: pkgs, Whole: wholePackages, Record: rec, Equivalents: eq,
+		Shard: shard, Budget: *budget, Env: g.env, Tags: gateTags, TimeoutCoefficient: gremlinsCoefficient(root),
+		TempDir: g.tmp, OutDir: outDir,
 		Logf: func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) },
 	})
 	if err != nil {
@@ -166,6 +163,9 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 			if !r.Passed() {
 				guardFailed = append(guardFailed, fmt.Sprintf("guard %s %s: %s", r.ID, r.Outcome, r.Detail))
 			}
+			if r.Rerun != "" {
+				fmt.Fprintf(e.stdout, "RE-RUN guard %s %s\n", r.ID, r.Rerun)
+			}
 		}
 		fmt.Fprintf(e.stdout, "named guards: %d of %d killed in %s\n", len(results)-len(guardFailed), len(results), time.Since(gbegin).Round(time.Second))
 	}
@@ -182,16 +182,17 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("gate failed: %s%s", failures[0], more)
 	}
 	if *write {
-		return writeCIRecord(ctx, e, root, *recordFile, rec, run, shard)
+		return writeCIRecord(ctx, e, root, *recordFile, rec, run)
 	}
 	return nil
 }
 
-// printCI prints each package's part and changed lines, and returns the
-// failures.
+// printCI prints each package's part and changed lines (figures for
+// reading; the gate compares mutants, never percentages), every timed-out
+// mutant re-run alone with both runs' times, and returns the failures.
 func printCI(e *env, run mutation.CIRun, shard, shards int) []string {
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PACKAGE\tPART\tEFFICACY\tCOVERAGE\tKILLED\tLIVED\tNOT COVERED\tTIMED OUT\tEXCUSED\tCHANGED LINES\tTHEIR MUTANTS")
+	fmt.Fprintln(tw, "PACKAGE\tPART\tEFFICACY\tCOVERAGE\tKILLED\tLIVED\tNOT COVERED\tRE-RUN ALONE\tEXCUSED\tCHANGED LINES\tTHEIR MUTANTS")
 	var failures []string
 	for i, r := range run.Results {
 		p := run.Packages[i]
@@ -201,22 +202,45 @@ func printCI(e *env, run mutation.CIRun, shard, shards int) []string {
 		}
 		s := r.Part.Score
 		fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", r.Name, part, s.Efficacy(), s.Coverage(),
-			s.Killed, s.Lived, s.NotCovered, s.TimedOut, r.Part.Excused, p.Changed.Lines(), r.Changed.Score.Tested()+r.Changed.Score.NotCovered)
+			s.Killed, s.Lived, s.NotCovered, len(p.Reruns), r.Part.Excused, p.Changed.Lines(), r.Changed.Score.Tested()+r.Changed.Score.NotCovered)
 		failures = append(failures, r.Failures...)
 	}
 	tw.Flush()
+	for _, p := range run.Packages {
+		for _, rr := range p.Reruns {
+			fmt.Fprintf(e.stdout, "RE-RUN %s\n", rr)
+		}
+	}
 	return failures
+}
+
+// gremlinsCoefficient is .gremlins.yaml's timeout-coefficient (gremlins'
+// default 3 when it sets none), for naming the bound a mutant timed out
+// at.
+func gremlinsCoefficient(root string) int {
+	data, err := os.ReadFile(filepath.Join(root, ".gremlins.yaml"))
+	if err != nil {
+		return 3
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "timeout-coefficient:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 3
 }
 
 // writeCIRecord writes the record of a passing per-submission run
 // (Record.After). Only a clean working tree is recorded: the base must be
 // the code that passed.
-func writeCIRecord(ctx context.Context, e *env, root, file string, rec mutation.Record, run mutation.CIRun, shard int) error {
+func writeCIRecord(ctx context.Context, e *env, root, file string, rec mutation.Record, run mutation.CIRun) error {
 	head, err := cleanHead(ctx, root)
 	if err != nil {
 		return err
 	}
-	if err := rec.After(run, shard, head).Write(file); err != nil {
+	if err := rec.After(root, run, head, mutation.KindCI).Write(file); err != nil {
 		return fmt.Errorf("write the record: %w", err)
 	}
 	fmt.Fprintf(e.stdout, "record %s: base %s; commit it to move the next gate's base here\n", file, head[:12])
@@ -329,6 +353,9 @@ func runGuardsQuietly(ctx context.Context, e *env, guards []mutation.Guard, g *g
 	results, err := mutation.RunGuards(ctx, guards, mutation.GuardOptions{
 		Env: g.env, Tags: gateTags, TempDir: g.tmp, Logger: e.log,
 		Progress: func(i int, r mutation.GuardResult) {
+			if r.Rerun != "" {
+				fmt.Fprintf(e.stderr, "guard %s re-run: %s\n", r.ID, r.Rerun)
+			}
 			if !r.Passed() {
 				fmt.Fprintf(e.stderr, "guard %s %s: %s\n", r.ID, r.Outcome, r.Detail)
 				if r.Output != "" {
@@ -356,7 +383,6 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 	shardFlag := fs.String("shard", "", "run only shard K of N of the packages' lines (K from 1), as K/N")
 	shards := fs.Int("shards", 8, "how many shards the record splits each package's lines into")
 	out := fs.String("out", "out/mutation", "directory for gremlins' reports")
-	baselineFile := fs.String("baseline", "testdata/mutation/baseline.json", "committed per-package floor, relative to the repository root unless given")
 	eqFile := fs.String("equivalents", "testdata/mutation/equivalents.json", "listed equivalent mutants, relative to the repository root unless given")
 	recordFile := fs.String("record", "testdata/mutation/record.json", "where --write-record writes, relative to the repository root unless given")
 	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record")
@@ -379,7 +405,7 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 	for _, f := range []struct {
 		name  string
 		value *string
-	}{{"record", recordFile}, {"baseline", baselineFile}, {"equivalents", eqFile}} {
+	}{{"record", recordFile}, {"equivalents", eqFile}} {
 		if err := defaultInRepo(fs, f.name, f.value, "mutation full", "--"+f.name+" FILE"); err != nil {
 			return err
 		}
@@ -409,6 +435,7 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 	}
 	defer g.close()
 	var prs []mutation.PackageReport
+	var reruns [][]mutation.Rerun
 	for _, p := range pkgs {
 		var sel mutation.Selection
 		if k >= 0 {
@@ -419,33 +446,97 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 		file := filepath.Join(outDir, strings.ReplaceAll(p, "/", "-")+".json")
 		fmt.Fprintf(e.stderr, "mutation: gremlins on ./%s\n", p)
 		start := time.Now()
+		var log bytes.Buffer
 		r, err := mutation.Unleash(ctx, mutation.UnleashOptions{Gremlins: g.gremlins, Root: root, Package: p,
-			Config: filepath.Join(root, ".gremlins.yaml"), Selection: sel, Output: file, Env: g.env, TempDir: g.tmp})
+			Config: filepath.Join(root, ".gremlins.yaml"), Selection: sel, Output: file, Env: g.env, TempDir: g.tmp, Log: &log})
 		if errors.Is(err, mutation.ErrNothingSelected) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
+		rr, err := mutation.RerunTimedOut(ctx, p, &r, mutation.GremlinsBound(log.String(), gremlinsCoefficient(root)),
+			mutation.RerunOptions{Root: root, Tags: gateTags, Env: g.env, TempDir: g.tmp})
+		if err != nil {
+			return err
+		}
+		for _, x := range rr {
+			fmt.Fprintf(e.stderr, "mutation: %s\n", x)
+		}
+		if len(rr) > 0 {
+			// The report on disk is what a nightly merge reads: it gets
+			// the re-runs' verdicts.
+			if err := writeReport(file, r); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintf(e.stderr, "mutation: ./%s done in %s; report %s\n", p, time.Since(start).Round(time.Second), file)
 		prs = append(prs, mutation.PackageReport{Name: p, Report: r})
+		reruns = append(reruns, rr)
 	}
 	if k >= 0 {
 		fmt.Fprintf(e.stdout, "shard %d/%d: reports in %s; join every shard's with doublerun mutation gate --merge\n", k, n, outDir)
 		return nil
 	}
-	opts := mutation.GateOptions{Strict: true}
-	if opts.Baseline, err = mutation.ReadBaseline(*baselineFile); err != nil {
+	eq, err := mutation.ReadEquivalents(*eqFile)
+	if err != nil {
 		return err
 	}
-	if opts.Equivalents, err = mutation.ReadEquivalents(*eqFile); err != nil {
+	// Every mutant is compared with the record's, as in the gate of a
+	// submission; a first run, with no record, fails only on what lives.
+	rec, err := mutation.ReadRecord(*recordFile)
+	known := err == nil
+	if !known {
+		fmt.Fprintf(e.stderr, "mutation: no record to compare with (%v): every LIVED mutant fails, nothing else can\n", err)
+		rec = mutation.Record{Shards: *shards}
+	}
+	var cps []mutation.CIPackage
+	for i, pr := range prs {
+		cp := mutation.CIPackage{Name: pr.Name, Whole: true, Report: pr.Report, Reruns: reruns[i]}
+		if known {
+			if cp.Changed, err = mutation.ChangedLines(ctx, root, rec.Base, pr.Name); err != nil {
+				return err
+			}
+		}
+		if cp.Mutants, err = mutation.Identify(root, pr.Name, pr.Report, mutation.KindFull); err != nil {
+			return err
+		}
+		cps = append(cps, cp)
+	}
+	run := mutation.CIRun{Packages: cps, Results: mutation.JudgeCI(cps, rec, eq)}
+	failures := printCI(e, run, 0, *shards)
+	failures = append(failures, eq.Stale(root)...)
+	if len(failures) > 0 {
+		for _, f := range failures {
+			fmt.Fprintln(e.stdout, "FAIL "+f)
+		}
+		return fmt.Errorf("gate failed: %s (%d in all)", failures[0], len(failures))
+	}
+	if !*write {
+		return nil
+	}
+	head, err := cleanHead(ctx, root)
+	if err != nil {
 		return err
 	}
-	req := gateRequest{opts: opts, root: root, shards: *shards}
-	if *write {
-		req.recordFile = *recordFile
+	out2, err := mutation.RecordFrom(root, head, *shards, prs, mutation.KindFull)
+	if err != nil {
+		return err
 	}
-	return gateReports(ctx, e, prs, req)
+	if err := out2.Write(*recordFile); err != nil {
+		return fmt.Errorf("write the record: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "record %s: base %s, every mutant; commit it\n", *recordFile, head[:12])
+	return nil
+}
+
+// writeReport writes a gremlins report back as JSON.
+func writeReport(file string, r mutation.Report) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(data, '\n'), 0o644)
 }
 
 // parseShard reads K/N with 1 <= K <= N.

@@ -88,6 +88,18 @@ func TestMutationGuardsFixture(t *testing.T) {
 		require.Positive(t, out.Guards[0].Seconds)
 	})
 
+	// A guard that timed out is re-run alone, and the output names it
+	// with both runs' times.
+	t.Run("ATimedOutGuardIsReRunAlone", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code, err := runMutation(t.Context(), t, "guards", "--timeout", "8s",
+			"--manifest", filepath.Join(fixtureGuards, "timeout.guards.json"))
+		require.NoError(t, err, "stdout: %s\nstderr: %s", stdout, stderr)
+		require.Zero(t, code)
+		require.Regexp(t, `(?m)^RE-RUN guard fixture\.loop-step TIMED_OUT beside the others \(bound 8s, after \S+\); alone: KILLED by its own endless loop \(timed out again alone\) in \S+, bound \S+ \(3 × its tests' unmutated \S+\)$`, stdout)
+		require.Contains(t, stderr, "    re-run: TIMED_OUT beside the others")
+	})
+
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
@@ -95,12 +107,15 @@ func TestMutationGuardsFixture(t *testing.T) {
 			code int
 			err  string
 		}{
-			{nil, 2, "missing subcommand: ci, full, guards or gate"},
-			{[]string{"run"}, 2, `unknown subcommand "run": use ci, full, guards or gate`},
+			{nil, 2, "missing subcommand: ci, full, guards, gate or record"},
+			{[]string{"run"}, 2, `unknown subcommand "run": use ci, full, guards, gate or record`},
 			{[]string{"guards", "--manifest", "nowhere/*.guards.json"}, 1, `no guard manifest matches "nowhere/*.guards.json"`},
 			{[]string{"guards", "--parallel", "0"}, 2, "--parallel must be at least 1"},
 			{[]string{"guards", "--manifest", filepath.Join(fixtureGuards, "*.json"), "--guard", "^nope$"}, 1, `no guard id in`},
 			{[]string{"guards", "--guard", "("}, 2, `--guard "("`},
+			{[]string{"record", "--shards", "0"}, 2, "--shards must be from 1 to 64, not 0"},
+			{[]string{"record", "--at", "no-such-commit"}, 1, "--at: git rev-parse --verify no-such-commit^{commit}"},
+			{[]string{"record", "--record", filepath.Join(t.TempDir(), "none.json")}, 2, "--at: no commit given and "},
 		} {
 			_, _, code, err := runMutation(t.Context(), t, tc.args...)
 			require.Equal(t, tc.code, code, "%v: %v", tc.args, err)
@@ -244,4 +259,17 @@ func TestMutationGate(t *testing.T) {
 			require.ErrorContains(t, err, tc.err, "%v", tc.args)
 		}
 	})
+}
+
+// The bound gremlins gave a mutant is named from .gremlins.yaml's
+// coefficient, gremlins' default 3 when it sets none.
+func TestGremlinsCoefficient(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 5, gremlinsCoefficient(filepath.Join("..", "..")), "the committed .gremlins.yaml")
+	dir := t.TempDir()
+	require.Equal(t, 3, gremlinsCoefficient(dir), "no file")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".gremlins.yaml"), []byte("unleash:\n  timeout-coefficient: 0\n"), 0o644))
+	require.Equal(t, 3, gremlinsCoefficient(dir), "no positive coefficient")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".gremlins.yaml"), []byte("unleash:\n  # a comment\n  timeout-coefficient: 7\n"), 0o644))
+	require.Equal(t, 7, gremlinsCoefficient(dir))
 }
