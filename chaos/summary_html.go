@@ -172,3 +172,14 @@ func (r *setsRun) writeSummaryHTML() error {
 	}
 	return writeSummaryHTML(r.cfg.OutDir, r.out.Results, total, func(c report.Result) string { return r.ran[c.Versions] })
 }
+
+// WriteSummaryHTML writes the page of merged results into dir/summary.html,
+// each cell's links under dir/<its version set>/: where the chaos workflow
+// lays out the shards it merged.
+func (r SetResults) WriteSummaryHTML(dir string) error {
+	var total time.Duration
+	for _, w := range r.Walls {
+		total += w
+	}
+	return writeSummaryHTML(dir, r.Results, total, func(c report.Result) string { return c.Versions })
+}
