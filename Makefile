@@ -122,3 +122,14 @@ mutation:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+# The replica programs of the field's own libraries, each built in its own
+# module as a user builds theirs, where their JSON files for
+# `doublerun chaos --replica` (testdata/replicas/*/*.json) look for them.
+REPLICAS_DIR ?= /tmp/doublerun-replicas
+.PHONY: replicas
+## replicas: build testdata/replicas/golang-migrate and testdata/replicas/river
+## into REPLICAS_DIR, for `doublerun chaos --replica testdata/replicas/river/poll-only.json`
+replicas:
+	cd testdata/replicas/golang-migrate && GOWORK=off $(GO) build -o $(REPLICAS_DIR)/golang-migrate .
+	cd testdata/replicas/river && GOWORK=off $(GO) build -o $(REPLICAS_DIR)/river .

@@ -33,8 +33,10 @@
 // stack per set, one after another: each cell placed on the set its
 // stack's servers make up (the native provider runs the host's binaries
 // whatever is asked, and a set whose servers already ran is skipped), a
-// deterministic [Shard] of them, each set's reports, cells.json and
-// summary.md under its own directory. [Merge] inverts [Shard]: it joins
+// deterministic [Shard] of them, each set's reports, cells.json,
+// summary.md and summary.html (a grid cell per fault × strategy ×
+// topology coloured by verdict, each opening its timeline;
+// summary_html.go) under its own directory. [Merge] inverts [Shard]: it joins
 // the shards' cells.json into what an unsharded run gives. `doublerun
 // chaos` parses its flags into a RunConfig and prints; `doublerun chaos
 // merge` calls [MergeDirs].

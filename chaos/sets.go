@@ -103,6 +103,9 @@ func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, erro
 		if err := os.WriteFile(path, []byte(r.out.Summary()), 0o644); err != nil {
 			return r.out, fmt.Errorf("write %s: %w", path, err)
 		}
+		if err := r.writeSummaryHTML(); err != nil {
+			return r.out, err
+		}
 	}
 	return r.out, nil
 }
@@ -170,7 +173,10 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 	if err := report.WriteCells(dir, shard); err != nil {
 		return err
 	}
-	return report.WriteSummary(dir, results, wall)
+	if err := report.WriteSummary(dir, results, wall); err != nil {
+		return err
+	}
+	return writeSummaryHTML(dir, results, wall, beside)
 }
 
 // place returns the scenario of each cell on the version set set,

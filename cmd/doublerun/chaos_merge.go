@@ -30,7 +30,9 @@ Joins the runs of ` + "`doublerun chaos --out DIR`" + ` (the shards of one
 matrix, ` + "`--shard I/N`" + `, on one or more version sets) into one summary,
 the one an unsharded run would have printed, with the shards' total as its
 wall time. Reads every cells.json under each DIR and the report.json files
-it lists. Prints the summary, and writes it to DIR/summary.md with --out.
+it lists. Prints the summary, and writes it to DIR/summary.md with --out,
+and beside it summary.html, whose cells link to their reports under
+DIR/<version set>/ (copy each shard's directory there to follow them).
 Exits 1 if a cell did not match its expectation, 2 on a usage error, and 1
 with a line naming it when a shard is missing or there twice.
 `
@@ -71,6 +73,9 @@ func chaosMerge(e *env, args []string) error {
 	fmt.Fprint(e.stdout, summary)
 	if *out != "" {
 		if err := writeFile(filepath.Join(*out, "summary.md"), summary); err != nil {
+			return err
+		}
+		if err := m.WriteSummaryHTML(*out); err != nil {
 			return err
 		}
 	}

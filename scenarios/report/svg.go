@@ -39,7 +39,7 @@ func SVG(r *scenarios.Report) string {
 		}
 	}
 	const (
-		left, right, top = 70.0, 20.0, 50.0
+		left, right, top = 70.0, 20.0, 64.0
 		width, lane      = 1000.0, 34.0
 	)
 	orphans := orphanLanes(r.Metrics.Orphaned.Orphans)
@@ -52,9 +52,18 @@ func SVG(r *scenarios.Report) string {
 	b.WriteString(`<defs><pattern id="open" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#4a7bd0"/></pattern></defs>` + "\n")
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	m := r.Metrics
-	title := fmt.Sprintf("%s — double-run %s (%d episodes), leaderless %s, orphaned lock %s (%d, longest %s), stale writes accepted %d / rejected %d",
-		r.Scenario.Name, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total, m.Orphaned.Total, m.Orphaned.Episodes, m.Orphaned.Longest, m.StaleWrites.Accepted, m.StaleWrites.Rejected)
-	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">%s</text>`+"\n", left, html.EscapeString(title))
+	// The name, then the figures on a line of their own: on one line a
+	// long name with long figures ran past the right edge.
+	figures := fmt.Sprintf("double-run %s (%d episodes), leaderless %s, orphaned lock %s (%d, longest %s), stale writes accepted %d / rejected %d",
+		m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total, m.Orphaned.Total, m.Orphaned.Episodes, m.Orphaned.Longest, m.StaleWrites.Accepted, m.StaleWrites.Rejected)
+	fmt.Fprintf(&b, `<text x="10" y="18" font-size="14">%s</text>`+"\n", html.EscapeString(r.Scenario.Name))
+	// At about 6.5px a character, figures wider than the page are
+	// squeezed into it.
+	fit := ""
+	if room := width - 10 - right; 6.5*float64(len(figures)) > room {
+		fit = fmt.Sprintf(` textLength="%.0f" lengthAdjust="spacingAndGlyphs"`, room)
+	}
+	fmt.Fprintf(&b, `<text x="10" y="36"%s font-size="12">%s</text>`+"\n", fit, html.EscapeString(figures))
 	laneBottom := top + lane*float64(len(replicas)+len(orphans))
 	band := func(spans []oracle.Span, fill, label string) {
 		for _, s := range spans {
