@@ -18,6 +18,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // htmlCell is a result for the page's tests: a run of two (or three)
@@ -114,10 +115,10 @@ type probed struct {
 // own, and returns its stdout.
 func chromium(t *testing.T, args ...string) []byte {
 	t.Helper()
+	// This test renders summary.html in a real browser: Debian's.
+	stacktest.NeedPackage(t, "chromium", func() error { _, err := exec.LookPath("chromium"); return err })
 	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium not found (%v): this test renders summary.html in a real browser; install Debian's chromium (apt-get install chromium)", err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",

@@ -1,17 +1,16 @@
 package scenarios_test
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // debianPython is the interpreter that sees Debian's python3-psycopg; the
@@ -27,29 +26,10 @@ func seedLease(t *testing.T, args ...string) []string {
 }
 
 // needPsycopg installs python3-psycopg when it is missing, as the native
-// provider installs its packages: as root with apt-get, serialised across
-// test processes; otherwise the test is skipped with the command to run.
+// provider installs its packages (stacktest.NeedPackage).
 func needPsycopg(t *testing.T) {
 	t.Helper()
-	check := func() error { return exec.Command(debianPython, "-c", "import psycopg").Run() }
-	if check() == nil {
-		return
-	}
-	if os.Geteuid() != 0 {
-		t.Skipf("%s does not see psycopg; run `sudo apt-get install python3-psycopg`", debianPython)
-	}
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "doublerun-apt.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	require.NoError(t, err)
-	defer f.Close()
-	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX))
-	if check() == nil {
-		return
-	}
-	cmd := exec.Command("apt-get", "install", "-y", "-qq", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", "python3-psycopg")
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "apt-get install python3-psycopg: %s", out)
-	require.NoError(t, check(), "python3-psycopg installed, still not importable by %s", debianPython)
+	stacktest.NeedPackage(t, "python3-psycopg", func() error { return exec.Command(debianPython, "-c", "import psycopg").Run() })
 }
 
 // The seed's lease in Python: #556 through transaction pooling, as the
