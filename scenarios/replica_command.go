@@ -131,6 +131,9 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 		if rp.err != nil {
 			detail = "exited: " + rp.err.Error()
 		}
+		if !r.stopping.Load() {
+			detail = r.exitDetail(rp)
+		}
 		_, _ = oracle.LogEvent(ectx, r.conn, oracle.EventReplicaStopped, rp.id, detail)
 		cancel()
 		close(rp.done)
@@ -190,13 +193,14 @@ func (r *run) silentReport(ctx context.Context, start time.Time) (*Report, error
 	if err != nil {
 		return nil, err
 	}
+	r.stopping.Store(true)
 	r.stopReplicas(ctx)
 	locks := r.lockWatch.stop(ctx)
 	h, err := oracle.Load(ctx, r.conn, start, end)
 	if err != nil {
 		return nil, err
 	}
-	h.Locks = locks
+	h.Locks, h.Backends = locks, r.lockWatch.backends()
 	return r.report(h, oracle.Analyze(h, r.analysis())), nil
 }
 

@@ -74,7 +74,7 @@ const (
 // Analysis is the oracle options the report's figures were computed with.
 func (r *Report) Analysis() oracle.Options {
 	return oracle.Options{GapTolerance: time.Duration(r.GapTolerance), OrphanTolerance: time.Duration(r.OrphanTolerance),
-		CheckTimeout: time.Duration(r.CheckTimeout)}
+		CheckTimeout: time.Duration(r.CheckTimeout), TTL: r.Scenario.TTL, Commands: r.Scenario.Replica != nil}
 }
 
 // Pieces is the number of pieces of leader work the report's history

@@ -104,6 +104,10 @@ type run struct {
 
 	tokens atomic.Int64 // log mode's terms, one counter for the run
 
+	// stopping is set once the measurement ended and the runner stops the
+	// replicas: an exit before it is an event (replicaExited).
+	stopping atomic.Bool
+
 	mu       sync.Mutex
 	replicas []*replica
 	cleanups []func()
@@ -146,6 +150,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.stopping.Store(true)
 	r.stopReplicas(ctx)
 	// The last sample comes after every replica stopped, so a lock they
 	// left behind shows (oracle.Orphaned.LeftHeld).
@@ -154,7 +159,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.Locks = locks
+	h.Locks, h.Backends = locks, r.lockWatch.backends()
 	return r.report(h, oracle.Analyze(h, r.analysis())), nil
 }
 
@@ -185,7 +190,8 @@ func later(a, b time.Time) time.Time {
 // analysis is how the run's history is analysed; the report carries each
 // option, so `doublerun check` analyses it the same way.
 func (r *run) analysis() oracle.Options {
-	return oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: orphanTolerance, CheckTimeout: oracle.DefaultCheckTimeout}
+	return oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: orphanTolerance, CheckTimeout: oracle.DefaultCheckTimeout,
+		TTL: r.sc.TTL, Commands: r.sc.Replica != nil}
 }
 
 // gapTolerance is the longest pause between two pieces of a leader's own
@@ -346,6 +352,7 @@ func (r *run) defer_(f func()) { r.cleanups = append(r.cleanups, f) }
 
 // cleanup kills any replica still running and undoes prepare, in reverse.
 func (r *run) cleanup() {
+	r.stopping.Store(true)
 	r.killReplicas()
 	for i := len(r.cleanups) - 1; i >= 0; i-- {
 		r.cleanups[i]()
