@@ -290,7 +290,7 @@ func struck(h History, opts Options, f faultSpan) Condition {
 			c.Reason = fmt.Sprintf("TERMINATE_LEADER_BACKEND ended no backend of the leader %q: its lease had no backend to end; make the lease call doublerun.work_begin with its backend_pid, or connect with DOUBLERUN_LEASE_DSN so its backends carry its application_name", l)
 		}
 	case "PARTITION_LEADER", "DELAY_LEADER":
-		label := map[string]string{"PARTITION_LEADER": "timeout", "DELAY_LEADER": "delay"}[f.name]
+		label := map[string]string{"PARTITION_LEADER": "partition", "DELAY_LEADER": "delay"}[f.name]
 		on, okOn := chaos(l, label+" ")
 		off, okOff := chaos(l, label+" removed")
 		if !okOn || !okOff {
@@ -405,6 +405,10 @@ func path(h History, opts Options) Condition {
 			}
 			return c
 		}
+	}
+	// Only then the replicas never seen: one that dials around its proxy
+	// is the likelier cause, and its line names the backends.
+	for _, id := range ids {
 		if len(by[id]) == 0 {
 			c.Figure = fmt.Sprintf("no backend of %s seen", id)
 			c.Reason = fmt.Sprintf("%s's backends never showed its application_name in pg_stat_activity, so no fault is known to reach them: connect with `DOUBLERUN_LEASE_DSN` (it sets application_name)", id)

@@ -104,7 +104,7 @@ func struck(f file, fault, target string, at time.Time) bool {
 		_, ok := after("chaos", target, " terminated")
 		return ok
 	case "PARTITION_LEADER", "DELAY_LEADER":
-		label := map[string]string{"PARTITION_LEADER": "timeout ", "DELAY_LEADER": "delay "}[fault]
+		label := map[string]string{"PARTITION_LEADER": "partition ", "DELAY_LEADER": "delay "}[fault]
 		on, ok1 := after("chaos", target, label)
 		off, ok2 := after("chaos", target, label+"removed")
 		if !ok1 || !ok2 {
