@@ -21,3 +21,6 @@ func WithLeaderWait(opts RunOptions, d time.Duration) RunOptions {
 
 // GroupAlive exposes groupAlive to the tests.
 func GroupAlive(pgid int) bool { return groupAlive(pgid) }
+
+// KeepGroup exposes keepGroup to the tests.
+func KeepGroup(exe string, pgid int) (release func(), err error) { return keepGroup(exe, pgid) }

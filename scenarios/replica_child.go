@@ -56,6 +56,7 @@ type replicaSpec struct {
 //		os.Exit(m.Run())
 //	}
 func MaybeRunReplica() {
+	maybeRunKeeper()
 	raw, ok := os.LookupEnv(envReplica)
 	if !ok {
 		return

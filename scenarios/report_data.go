@@ -240,7 +240,7 @@ func (p *ProtocolInfo) Amend(v Verdict) Verdict {
 		return v
 	}
 	// Caught by TestCommandReplicaLeavesNothingRunning.
-	v.Pass = false
+	v.Pass, v.Inconclusive = false, false
 	v.Reason = fmt.Sprintf("replica %s left processes of its group running after it exited, which the runner killed and never measured; make the command wait for its children, or exec the service so it is the one process (%s)",
 		strings.Join(p.LeftBehind, ", "), v.Reason)
 	return v
