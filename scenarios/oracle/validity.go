@@ -172,20 +172,16 @@ func contention(h History, opts Options, f faultSpan) Condition {
 		}
 		span = fmt.Sprintf("from the fault to its heal plus the TTL (+%s to +%s)", rel(h, from), rel(h, to))
 	}
-	var atFrom, through []string
+	// The fault's target may die of it (KILL_LEADER, GRACEFUL_HANDOVER):
+	// it contended up to the fault.
+	var through []string
 	for _, id := range ids {
 		l := by[id]
-		if l.aliveAt(from) {
-			atFrom = append(atFrom, id)
-			if l.aliveAt(to) || id == f.target && !f.none() {
-				through = append(through, id)
-			}
+		if l.aliveAt(from) && (l.aliveAt(to) || !f.none() && id == f.target) {
+			through = append(through, id)
 		}
 	}
 	alive := len(through)
-	if !f.none() && len(atFrom) < 2 {
-		alive = len(atFrom)
-	}
 	c.Figure = fmt.Sprintf("%d of %d replicas alive %s", alive, len(ids), span)
 	c.Holds = alive >= 2
 	if c.Holds {
@@ -291,7 +287,7 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		}
 	case "PARTITION_LEADER", "DELAY_LEADER":
 		label := map[string]string{"PARTITION_LEADER": "partition", "DELAY_LEADER": "delay"}[f.name]
-		on, okOn := chaos(l, label+" ")
+		on, okOn := chaos(l, label+" map[") // "partition map[timeout:0] on 2 proxies, for 3s"
 		off, okOff := chaos(l, label+" removed")
 		if !okOn || !okOff {
 			c.Reason = fmt.Sprintf("%s put no toxic on the leader %q's proxies", f.name, l)

@@ -105,7 +105,7 @@ func struck(f file, fault, target string, at time.Time) bool {
 		return ok
 	case "PARTITION_LEADER", "DELAY_LEADER":
 		label := map[string]string{"PARTITION_LEADER": "partition ", "DELAY_LEADER": "delay "}[fault]
-		on, ok1 := after("chaos", target, label)
+		on, ok1 := after("chaos", target, label+"map[")
 		off, ok2 := after("chaos", target, label+"removed")
 		if !ok1 || !ok2 {
 			return false
