@@ -131,11 +131,13 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	}
 	r.log.Info("measuring", "scenario", r.sc.Name, "duration", r.sc.Duration, "fault", r.sc.Fault)
 	measureEnd := time.Now().Add(r.sc.Duration)
+	var faultAt time.Time
 	if f, ok := fault.Lookup(r.sc.Fault); ok {
 		if err := wait.Sleep(ctx, r.sc.Duration/3); err != nil {
 			return nil, err
 		}
-		if err := r.inject(ctx, f); err != nil {
+		var err error
+		if faultAt, err = r.inject(ctx, f); err != nil {
 			return nil, err
 		}
 		// A fault that took longer than planned (a restart on a loaded
@@ -144,6 +146,9 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		measureEnd = later(measureEnd, time.Now().Add(r.sc.TTL+time.Second))
 	}
 	if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
+		return nil, err
+	}
+	if err := r.awaitWorkAfter(ctx, faultAt); err != nil {
 		return nil, err
 	}
 	end, err := oracle.LogEvent(ctx, r.conn, oracle.EventMeasureEnd, "", "")
@@ -164,20 +169,49 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 }
 
 // inject runs f, logging on the oracle's clock when it began and when it
-// had recovered. The measurement keeps running meanwhile.
-func (r *run) inject(ctx context.Context, f fault.Fault) error {
+// had recovered, and returns when it began. The measurement keeps running
+// meanwhile.
+func (r *run) inject(ctx context.Context, f fault.Fault) (time.Time, error) {
 	fctx, cancel := context.WithTimeout(ctx, fault.TimeoutOf(f))
 	defer cancel()
 	leader, _ := r.Leader(fctx)
-	if _, err := oracle.LogEvent(ctx, r.conn, oracle.EventFault, leader.ID, f.Name()); err != nil {
-		return err
+	at, err := oracle.LogEvent(ctx, r.conn, oracle.EventFault, leader.ID, f.Name())
+	if err != nil {
+		return at, err
 	}
 	r.log.Info("fault", "name", f.Name(), "leader", leader.ID)
 	if err := f.Inject(fctx, r); err != nil {
-		return fmt.Errorf("fault %s: %w", f.Name(), err)
+		return at, fmt.Errorf("fault %s: %w", f.Name(), err)
 	}
-	_, err := oracle.LogEvent(ctx, r.conn, oracle.EventHealed, leader.ID, f.Name())
-	return err
+	_, err = oracle.LogEvent(ctx, r.conn, oracle.EventHealed, leader.ID, f.Name())
+	return at, err
+}
+
+// workAfterWait bounds how much longer than planned a run measures for
+// the work after its fault that the validity floor asks for: a restarted
+// Postgres behind a transaction pool left a fenced lease a TTL and a
+// second in which it began one piece (chaos, fenced/POSTGRES_RESTART),
+// where the next came a poll later.
+const workAfterWait = 5 * time.Second
+
+// awaitWorkAfter measures on, for at most workAfterWait and a TTL, until
+// oracle.MinPieces pieces of work began after the fault at faultAt (zero
+// for none): the run is then long enough to have shown a double-run
+// across it, and one that still is not is INCONCLUSIVE.
+func (r *run) awaitWorkAfter(ctx context.Context, faultAt time.Time) error {
+	if faultAt.IsZero() {
+		return nil
+	}
+	deadline := time.Now().Add(workAfterWait + r.sc.TTL)
+	for {
+		n, err := oracle.PiecesSince(ctx, r.conn, faultAt)
+		if err != nil || n >= oracle.MinPieces || time.Now().After(deadline) {
+			return err
+		}
+		if err := wait.Sleep(ctx, r.sc.PollInterval); err != nil {
+			return err
+		}
+	}
 }
 
 func later(a, b time.Time) time.Time {
