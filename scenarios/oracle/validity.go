@@ -170,7 +170,7 @@ func contention(h History, opts Options, f faultSpan) Condition {
 		if to.After(h.End) {
 			to = h.End
 		}
-		span = fmt.Sprintf("from the fault to its heal plus the TTL (+%s to +%s)", rel(h, from), rel(h, to))
+		span = fmt.Sprintf("from the fault to its heal plus the TTL (%s to %s)", rel(h, from), rel(h, to))
 	}
 	// The fault's target may die of it (KILL_LEADER, GRACEFUL_HANDOVER):
 	// it contended up to the fault.
@@ -190,7 +190,7 @@ func contention(h History, opts Options, f faultSpan) Condition {
 	var dead []string
 	for _, id := range ids {
 		if !slices.Contains(through, id) {
-			dead = append(dead, fmt.Sprintf("%s %s at +%s", id, deathWord(h, id), rel(h, by[id].death)))
+			dead = append(dead, fmt.Sprintf("%s %s at %s", id, deathWord(h, id), rel(h, by[id].death)))
 		}
 	}
 	switch {
@@ -218,7 +218,12 @@ func rel(h History, t time.Time) string {
 	if t.IsZero() {
 		return "?"
 	}
-	return t.Sub(h.Start).Round(time.Millisecond).String()
+	d := t.Sub(h.Start).Round(time.Millisecond)
+	if d < 0 {
+		// Before the measurement began: a replica that died at its start.
+		return d.String()
+	}
+	return "+" + d.String()
 }
 
 // struck: the evidence, by fault family, that the fault reached what it
@@ -263,9 +268,9 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		case !ok:
 			c.Reason = fmt.Sprintf("KILL_LEADER killed no replica: the leader %q was never killed", l)
 		case !working(l, k.At):
-			c.Reason = fmt.Sprintf("KILL_LEADER killed %s at +%s while it did no leader work: it was not leading", l, rel(h, k.At))
+			c.Reason = fmt.Sprintf("KILL_LEADER killed %s at %s while it did no leader work: it was not leading", l, rel(h, k.At))
 		default:
-			c.Holds, c.Figure = true, fmt.Sprintf("SIGKILL to leader %s at +%s, mid-work", l, rel(h, k.At))
+			c.Holds, c.Figure = true, fmt.Sprintf("SIGKILL to leader %s at %s, mid-work", l, rel(h, k.At))
 		}
 	case "FREEZE_LEADER":
 		stop, ok := chaos(l, "SIGSTOP")
@@ -275,13 +280,13 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		case chaosHas("without waiting"):
 			c.Reason = fmt.Sprintf("FREEZE_LEADER froze %s without waiting for a piece of work: it was not working, so it had no write to make late; give the replicas steady work (poll interval below the TTL)", l)
 		case !working(l, stop.At):
-			c.Reason = fmt.Sprintf("FREEZE_LEADER froze %s at +%s while it did no leader work: it was not leading", l, rel(h, stop.At))
+			c.Reason = fmt.Sprintf("FREEZE_LEADER froze %s at %s while it did no leader work: it was not leading", l, rel(h, stop.At))
 		default:
-			c.Holds, c.Figure = true, fmt.Sprintf("SIGSTOP to leader %s at +%s, mid-work", l, rel(h, stop.At))
+			c.Holds, c.Figure = true, fmt.Sprintf("SIGSTOP to leader %s at %s, mid-work", l, rel(h, stop.At))
 		}
 	case "TERMINATE_LEADER_BACKEND":
 		if e, ok := chaos(l, "backend "); ok && strings.Contains(e.Detail, " terminated") {
-			c.Holds, c.Figure = true, fmt.Sprintf("%s of leader %s at +%s", e.Detail, l, rel(h, e.At))
+			c.Holds, c.Figure = true, fmt.Sprintf("%s of leader %s at %s", e.Detail, l, rel(h, e.At))
 		} else {
 			c.Reason = fmt.Sprintf("TERMINATE_LEADER_BACKEND ended no backend of the leader %q: its lease had no backend to end; make the lease call doublerun.work_begin with its backend_pid, or connect with DOUBLERUN_LEASE_DSN so its backends carry its application_name", l)
 		}
@@ -301,7 +306,7 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		case stall <= opts.GapTolerance:
 			c.Reason = fmt.Sprintf("%s on %s's proxies never stalled its work (longest pause %s, tolerance %s): its lease calls do not go through DOUBLERUN_LEASE_DSN; connect with it", f.name, l, stall.Round(time.Millisecond), opts.GapTolerance)
 		default:
-			c.Holds, c.Figure = true, fmt.Sprintf("leader %s worked before it; its work stalled %s under the %s (+%s to +%s)", l, stall.Round(time.Millisecond), label, rel(h, on.At), rel(h, off.At))
+			c.Holds, c.Figure = true, fmt.Sprintf("leader %s worked before it; its work stalled %s under the %s (%s to %s)", l, stall.Round(time.Millisecond), label, rel(h, on.At), rel(h, off.At))
 		}
 	case "PGBOUNCER_PAUSE":
 		c.Holds = chaosHas("PAUSE ") && chaosHas("RESUME ")
@@ -329,7 +334,7 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		case !okExit:
 			c.Reason = fmt.Sprintf("GRACEFUL_HANDOVER's SIGTERM never made %s exit: it did not release", l)
 		default:
-			c.Holds, c.Figure = true, fmt.Sprintf("SIGTERM to leader %s at +%s, mid-work; it released and exited at +%s", l, rel(h, term.At), rel(h, exit.At))
+			c.Holds, c.Figure = true, fmt.Sprintf("SIGTERM to leader %s at %s, mid-work; it released and exited at %s", l, rel(h, term.At), rel(h, exit.At))
 		}
 	default:
 		c.Reason = fmt.Sprintf("fault %s has no evidence this doublerun knows of", f.name)

@@ -68,9 +68,11 @@ func TestValidityContention(t *testing.T) {
 	require.True(t, run(append(started("r1"), ev(EventReplicaStarted, "r2", "", 0))...).Holds, "started at the start")
 	c = run(append(started("r1"), ev(EventReplicaStarted, "r2", "", 1))...)
 	require.False(t, c.Holds, "started after it")
-	require.Contains(t, c.Reason, "r2 not started at +?")
+	require.Contains(t, c.Reason, "r2 not started at ?")
 	// A replica's first start and first death count.
 	require.True(t, run(append(started("r1", "r2"), ev(EventReplicaStarted, "r2", "", 500))...).Holds)
+	require.Contains(t, run(append(started("r1", "r2"), ev(EventReplicaStopped, "r2", "", -50))...).Reason, "(r2 replica-stopped at -50ms)", "before the measurement began")
+	require.Contains(t, run(append(started("r1", "r2"), ev(EventReplicaStopped, "r2", "", 0))...).Reason, "(r2 replica-stopped at +0s)")
 	require.False(t, run(append(started("r1", "r2"), ev(EventReplicaStopped, "r2", "", 500), ev(EventReplicaStarted, "r2", "", 600))...).Holds)
 	require.False(t, run(append(started("r1", "r2"), ev(EventReplicaStopped, "r2", "", 500), ev(EventReplicaKilled, "r2", "", 2000))...).Holds)
 	require.Contains(t, run(append(started("r1", "r2"), ev(EventReplicaKilled, "r2", "a", 500), ev(EventReplicaStopped, "r2", "b", 600))...).Reason, "r2 replica-killed (a) at +500ms")
