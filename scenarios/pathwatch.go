@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,7 @@ type pathWatch struct {
 	seen    []oracle.Backend
 	settled map[string]bool // by pathKey
 	tries   map[string]int
+	pending map[string]oracle.Backend // around the path, not yet settled
 }
 
 // pathKey names a backend by its PID, a bouncer's client by its address.
@@ -54,7 +56,7 @@ func pathKey(b oracle.Backend) string {
 
 func newPathWatch(r *run) *pathWatch {
 	p := &pathWatch{conn: r.conn, apps: map[string]string{}, admins: map[string]*pgbouncer.Admin{},
-		settled: map[string]bool{}, tries: map[string]int{}}
+		settled: map[string]bool{}, tries: map[string]int{}, pending: map[string]oracle.Backend{}}
 	for i := range r.sc.Replicas {
 		id := fmt.Sprintf("r%d", i+1)
 		p.apps[appName(id)] = id
@@ -143,11 +145,29 @@ func (p *pathWatch) settle(b oracle.Backend) {
 	k := pathKey(b)
 	if b.Via == oracle.ViaOther {
 		if p.tries[k]++; p.tries[k] < pathSettle {
+			if _, ok := p.pending[k]; !ok {
+				p.pending[k] = b
+			}
 			return
 		}
 	}
+	delete(p.pending, k)
 	p.settled[k] = true
 	p.seen = append(p.seen, b)
+}
+
+// flush keeps, at the end of the run, every connection seen around the
+// harness's path in two samples or more that had no time to settle: a
+// loaded runner samples slowly, and a short run ends first.
+func (p *pathWatch) flush() {
+	for k, b := range p.pending {
+		if p.tries[k] >= 2 {
+			p.settled[k] = true
+			p.seen = append(p.seen, b)
+		}
+		delete(p.pending, k)
+	}
+	slices.SortFunc(p.seen, func(a, b oracle.Backend) int { return a.At.Compare(b.At) })
 }
 
 // classify says by which path backend b arrived: a server connection of
@@ -212,6 +232,7 @@ func (p *pathWatch) close() {
 	if p == nil {
 		return
 	}
+	p.flush()
 	for dsn, a := range p.admins {
 		_ = a.Close(context.Background())
 		delete(p.admins, dsn)

@@ -49,26 +49,32 @@ func TestValidityContention(t *testing.T) {
 		return condition(t, validity(h, vopts), ConditionContention)
 	}
 	c := run(started("r1", "r2")...)
-	require.Equal(t, Condition{Name: ConditionContention, Holds: true, Figure: "2 of 2 replicas alive over the whole run"}, c)
+	require.Equal(t, Condition{Name: ConditionContention, Holds: true, Figure: "2 of 2 replicas alive over the run (+200ms to its end)"}, c)
 
 	c = run(started("r1")...)
 	require.False(t, c.Holds)
-	require.Equal(t, "1 of 1 replicas alive over the whole run", c.Figure)
+	require.Equal(t, "1 of 1 replicas alive over the run (+200ms to its end)", c.Figure)
 	require.Equal(t, "only 1 replica ran, and a double-run needs two contending for the lease; run 2 or more replicas", c.Reason)
 
 	c = run(append(started("r1", "r2"), ev(EventReplicaStopped, "r2", "exited before the run ended: exit status 1", 500))...)
 	require.False(t, c.Holds)
-	require.Equal(t, `only 1 replica left contending over the whole run (r2 replica-stopped (exited before the run ended: exit status 1) at +500ms); see the replica's exit in the events and its log, and fix why it stopped`, c.Reason)
+	require.Equal(t, `only 1 replica left contending over the run (+200ms to its end) (r2 replica-stopped (exited before the run ended: exit status 1) at +500ms); see the replica's exit in the events and its log, and fix why it stopped`, c.Reason)
 	c = run(append(started("r1", "r2"), ev(EventReplicaKilled, "r2", "", 500))...)
 	require.Contains(t, c.Reason, "(r2 replica-killed at +500ms)")
 
 	// The bounds: alive from its start, dead from its death.
 	require.False(t, run(append(started("r1", "r2"), ev(EventReplicaStopped, "r2", "", 1000))...).Holds, "dead at the end")
 	require.True(t, run(append(started("r1", "r2"), ev(EventReplicaStopped, "r2", "", 1001))...).Holds, "dead after it")
-	require.True(t, run(append(started("r1"), ev(EventReplicaStarted, "r2", "", 0))...).Holds, "started at the start")
-	c = run(append(started("r1"), ev(EventReplicaStarted, "r2", "", 1))...)
+	require.True(t, run(append(started("r1"), ev(EventReplicaStarted, "r2", "", 200))...).Holds, "started a TTL into the run")
+	c = run(append(started("r1"), ev(EventReplicaStarted, "r2", "", 201))...)
 	require.False(t, c.Holds, "started after it")
-	require.Contains(t, c.Reason, "r2 not started at ?")
+	require.Contains(t, c.Reason, "(r2 started only at +201ms)")
+	// A short run: from its middle, when that comes before a TTL.
+	short := History{Start: at(0), End: at(300), Events: append(started("r1"), ev(EventReplicaStarted, "r2", "", 150)), Intervals: steady("r1", 0, 300)}
+	require.True(t, condition(t, validity(short, vopts), ConditionContention).Holds)
+	short.Events[1].At = at(151)
+	require.False(t, condition(t, validity(short, vopts), ConditionContention).Holds)
+	require.Equal(t, "not started", deathWord(short, "r2"), "no death")
 	// A replica's first start and first death count.
 	require.True(t, run(append(started("r1", "r2"), ev(EventReplicaStarted, "r2", "", 500))...).Holds)
 	require.Contains(t, run(append(started("r1", "r2"), ev(EventReplicaStopped, "r2", "", -50))...).Reason, "(r2 replica-stopped at -50ms)", "before the measurement began")
@@ -271,8 +277,12 @@ func TestValidityWork(t *testing.T) {
 	require.Equal(t, "1 pieces of leader work before the fault, 2 after", c.Figure)
 	require.Equal(t, `1 pieces of leader work before the fault and 2 after, under the floor of 2 on each side: the run was too short or too quiet to hold work across it; lengthen "duration", or shorten "poll_interval" or "work"`, c.Reason)
 	require.False(t, run(fault, iv("r1", 1, 100, 150), iv("r1", 1, 200, 250), iv("r2", 1, 600, 650)).Holds)
-	c = run(nil, iv("r1", 1, 0, 50), iv("r1", 1, 499, 550), iv("r1", 1, 500, 550), iv("r1", 1, 900, 950))
-	require.Equal(t, Condition{Name: ConditionWork, Holds: true, Figure: "2 pieces of leader work before the middle of the run, 2 after"}, c)
+	c = run(nil, iv("r1", 1, 499, 550), iv("r1", 1, 500, 550))
+	require.Equal(t, Condition{Name: ConditionWork, Holds: true, Figure: "1 pieces of leader work before the middle of the run, 1 after"}, c)
+	c = run(nil, iv("r1", 1, 0, 50), iv("r1", 1, 499, 550))
+	require.False(t, c.Holds)
+	require.Contains(t, c.Reason, "2 pieces of leader work before the middle of the run and 0 after, under the floor of 1 on each side")
+	require.False(t, run(nil, iv("r1", 1, 500, 550), iv("r1", 1, 900, 950)).Holds)
 }
 
 func TestValidity(t *testing.T) {

@@ -49,7 +49,8 @@ func validity(f file, got figures) bool {
 		d, dead := died[id]
 		return !started[id].After(t) && (!dead || d.After(t))
 	}
-	from, to := h.Start, h.End
+	// Without a fault, from a TTL into the run, or its middle if sooner.
+	from, to := h.Start.Add(min(ttl, h.End.Sub(h.Start)/2)), h.End
 	if fault != "" {
 		from, to = at, heal.Add(ttl)
 		if to.After(h.End) {
@@ -173,9 +174,9 @@ func pathHolds(f file, ids []string) bool {
 
 func workHolds(f file, fault string, at time.Time) bool {
 	h := f.History
-	split := at
+	split, floor := at, 2
 	if fault == "" {
-		split = h.Start.Add(h.End.Sub(h.Start) / 2)
+		split, floor = h.Start.Add(h.End.Sub(h.Start)/2), 1
 	}
 	before, after := 0, 0
 	for _, iv := range h.Intervals {
@@ -186,5 +187,5 @@ func workHolds(f file, fault string, at time.Time) bool {
 			after++
 		}
 	}
-	return before >= 2 && after >= 2
+	return before >= floor && after >= floor
 }
