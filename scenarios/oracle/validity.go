@@ -122,13 +122,14 @@ func (f faultSpan) none() bool { return f.name == "" }
 
 func faultOf(h History) faultSpan {
 	var f faultSpan
+	// If and else rather than a switch: gremlins v0.6.0 never counts a
+	// case's condition as covered.
 	for _, e := range h.Events {
-		switch {
-		case e.Kind == EventFault && f.name == "":
+		if e.Kind == EventFault && f.name == "" {
 			f.name, f.at, f.target = e.Detail, e.At, e.Replica
-		case e.Kind == EventHealed && f.name != "" && f.heal.IsZero():
+		} else if e.Kind == EventHealed && f.name != "" && f.heal.IsZero() {
 			f.heal = e.At
-		case f.name != "" && f.heal.IsZero() && e.Replica != "" && (e.Kind == EventInjected || e.Kind == EventReplicaKilled || e.Kind == EventChaos):
+		} else if f.name != "" && f.heal.IsZero() && e.Replica != "" && (e.Kind == EventInjected || e.Kind == EventReplicaKilled || e.Kind == EventChaos) {
 			// The fault's own events name the replica it struck, which
 			// may have become leader since the fault event.
 			f.target = e.Replica
@@ -148,11 +149,10 @@ func lives(h History) (ids []string, by map[string]life) {
 	by = map[string]life{}
 	for _, e := range h.Events {
 		l, seen := by[e.Replica]
-		switch {
-		case e.Kind == EventReplicaStarted && !seen:
+		if e.Kind == EventReplicaStarted && !seen {
 			ids = append(ids, e.Replica)
 			by[e.Replica] = life{start: e.At}
-		case (e.Kind == EventReplicaKilled || e.Kind == EventReplicaStopped) && seen && l.death.IsZero():
+		} else if (e.Kind == EventReplicaKilled || e.Kind == EventReplicaStopped) && seen && l.death.IsZero() {
 			l.death = e.At
 			by[e.Replica] = l
 		}
@@ -210,10 +210,9 @@ func contention(h History, opts Options, f faultSpan) Condition {
 			}
 		}
 	}
-	switch {
-	case len(ids) < 2:
+	if len(ids) < 2 {
 		c.Reason = fmt.Sprintf("only %d replica ran, and a double-run needs two contending for the lease; run 2 or more replicas", len(ids))
-	default:
+	} else {
 		c.Reason = fmt.Sprintf("only %d replica left contending %s (%s); see the replica's exit in the events and its log, and fix why it stopped", alive, span, strings.Join(dead, ", "))
 	}
 	return c
@@ -317,12 +316,11 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		}
 		before := slices.ContainsFunc(h.Intervals, func(iv Interval) bool { return iv.Replica == l && iv.Start.Before(f.at) })
 		stall := longestIdle(h.Intervals, l, on.At, off.At)
-		switch {
-		case !before:
+		if !before {
 			c.Reason = fmt.Sprintf("%s struck %s, which did no leader work before it: its proxied connections carried no lease traffic", f.name, l)
-		case stall <= opts.GapTolerance:
+		} else if stall <= opts.GapTolerance {
 			c.Reason = fmt.Sprintf("%s on %s's proxies never stalled its work (longest pause %s, tolerance %s): its lease calls do not go through DOUBLERUN_LEASE_DSN; connect with it", f.name, l, stall.Round(time.Millisecond), opts.GapTolerance)
-		default:
+		} else {
 			c.Holds, c.Figure = true, fmt.Sprintf("leader %s worked before it; its work stalled %s under the %s (%s to %s)", l, stall.Round(time.Millisecond), label, rel(h, on.At), rel(h, off.At))
 		}
 	case "PGBOUNCER_PAUSE":
