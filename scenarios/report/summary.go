@@ -107,8 +107,11 @@ func Summary(cells []Result, wall time.Duration) string {
 			inconclusive++
 		}
 	}
-	fmt.Fprintf(&b, "# Chaos matrix\n\n%d cells, %d matched their expectation, %d did not (%d of them inconclusive: the run could not have shown a double-run); wall time %s.\n\n",
-		len(cells), len(cells)-len(failed), len(failed), inconclusive, wall.Round(time.Second))
+	counts := fmt.Sprintf("%d cells, %d matched their expectation, %d did not", len(cells), len(cells)-len(failed), len(failed))
+	if inconclusive > 0 {
+		counts += fmt.Sprintf(" (%d of them INCONCLUSIVE: their runs could not have shown a double-run)", inconclusive)
+	}
+	fmt.Fprintf(&b, "# Chaos matrix\n\n%s; wall time %s.\n\n", counts, wall.Round(time.Second))
 	b.WriteString(versionsLine(cells))
 	b.WriteString("| strategy | fault | topology | double-run (episodes) | leaderless | orphaned lock (episodes) | stale writes accepted / rejected | expect | verdict |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")

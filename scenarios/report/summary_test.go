@@ -35,7 +35,7 @@ func TestSummary(t *testing.T) {
 		cell("advisory", "FREEZE_LEADER", scenarios.ExpectReproduces, true, 1500*time.Millisecond),
 	}
 	out := report.Summary(cells, 90*time.Second)
-	require.Contains(t, out, "4 cells, 2 matched their expectation, 2 did not (0 of them inconclusive: the run could not have shown a double-run); wall time 1m30s.")
+	require.Contains(t, out, "4 cells, 2 matched their expectation, 2 did not; wall time 1m30s.")
 	var table []string
 	for _, r := range strings.Split(out, "\n") {
 		if strings.HasPrefix(r, "| advisory") || strings.HasPrefix(r, "| fenced") {
@@ -73,4 +73,15 @@ func TestVerdicts(t *testing.T) {
 	require.NoError(t, report.Verdict([]report.Result{pass, pass}).Err())
 	require.EqualError(t, report.Verdict([]report.Result{pass, fail, broken}).Err(),
 		"2 of 3 cells did not match their expectation: advisory/transaction/none, advisory/transaction/KILL_LEADER")
+}
+
+// A matrix counts its inconclusive cells, and marks each in the table.
+func TestSummaryCountsInconclusiveCells(t *testing.T) {
+	t.Parallel()
+	sc := scenario("fenced", "KILL_LEADER", scenarios.ExpectSafe)
+	v := scenarios.Verdict{Expect: scenarios.ExpectSafe, Inconclusive: true, Reason: "contention: only 1 replica ran"}
+	out := report.Summary([]report.Result{{Scenario: sc, Report: &scenarios.Report{Scenario: sc, Verdict: v}}}, time.Minute)
+	require.Contains(t, out, "1 cells, 0 matched their expectation, 1 did not (1 of them INCONCLUSIVE: their runs could not have shown a double-run); wall time 1m0s.")
+	require.Contains(t, out, "| safe | **INCONCLUSIVE** |")
+	require.Contains(t, out, "contention: only 1 replica ran")
 }
