@@ -185,6 +185,9 @@ func TestValidityStruck(t *testing.T) {
 	fails("partition without a heal", struckBy(t, "PARTITION_LEADER", net, off), `PARTITION_LEADER put no toxic on the leader "r1"'s proxies`)
 	fails("partition of a replica that never worked", struckBy(t, "PARTITION_LEADER", []Interval{iv("r1", 1, 300, 350), iv("r2", 1, 100, 150)}, on, off),
 		"PARTITION_LEADER struck r1, which did no leader work before it: its proxied connections carried no lease traffic")
+	edge := []Interval{iv("r1", 1, 100, 150), iv("r1", 1, 400, 450), iv("r1", 1, 700, 750)}
+	fails("a pause of exactly the tolerance", struckBy(t, "PARTITION_LEADER", edge, on, off),
+		"PARTITION_LEADER on r1's proxies never stalled its work (longest pause 300ms, tolerance 300ms): its lease calls do not go through DOUBLERUN_LEASE_DSN; connect with it")
 	busy := steady("r1", 0, 2000) // a piece every 100ms: never stalled
 	fails("partition that stalls nothing", struckBy(t, "PARTITION_LEADER", busy, on, off),
 		"PARTITION_LEADER on r1's proxies never stalled its work (longest pause 100ms, tolerance 300ms): its lease calls do not go through DOUBLERUN_LEASE_DSN; connect with it")
