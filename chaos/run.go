@@ -32,6 +32,12 @@ func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.R
 			// of two runs, and the cell's notes say it took two.
 			c = runAgain(ctx, sc, opts, c, why)
 		}
+		if why := inconclusive(c); why != "" && ctx.Err() == nil {
+			// A run that could not have shown a double-run (a replica
+			// that died on its own, a fault that missed its moment) is
+			// run once more; still inconclusive, it fails the matrix.
+			c = runAgain(ctx, sc, opts, c, why)
+		}
 		if why := flaked(c); why != "" && ctx.Err() == nil {
 			// A cell that could not run, or ran with a replica fewer
 			// because one failed on its own, measured nothing it was meant
@@ -105,7 +111,7 @@ func flaked(c report.Result) string {
 // to be safe that shows a double-run is a finding, never retried.
 // Caught by TestMissed.
 func missed(c report.Result) string {
-	if c.Err != nil || c.Report == nil || c.Report.Verdict.Pass {
+	if c.Err != nil || c.Report == nil || c.Report.Verdict.Pass || c.Report.Verdict.Inconclusive {
 		return ""
 	}
 	switch c.Report.Verdict.Expect {
@@ -113,4 +119,14 @@ func missed(c report.Result) string {
 		return c.Report.Verdict.Reason
 	}
 	return ""
+}
+
+// inconclusive says why c's run could not have shown a double-run: its
+// verdict's reason, the validity condition that failed. Caught by
+// TestInconclusiveRunsAgain.
+func inconclusive(c report.Result) string {
+	if c.Err != nil || c.Report == nil || !c.Report.Verdict.Inconclusive {
+		return ""
+	}
+	return "INCONCLUSIVE: " + c.Report.Verdict.Reason
 }

@@ -31,3 +31,15 @@ func TestMissed(t *testing.T) {
 	require.Empty(t, missed(cell(scenarios.ExpectFenced, false)))
 	require.Empty(t, missed(report.Result{Err: errors.New("boom")}), "a cell that could not run is flaked's")
 }
+
+func TestInconclusiveRunsAgain(t *testing.T) {
+	t.Parallel()
+	cell := func(e scenarios.Expectation, inconclusive bool) report.Result {
+		return report.Result{Report: &scenarios.Report{Verdict: scenarios.Verdict{Expect: e, Inconclusive: inconclusive, Reason: "contention: why"}}}
+	}
+	require.Equal(t, "INCONCLUSIVE: contention: why", inconclusive(cell(scenarios.ExpectSafe, true)), "a run that could not have failed runs again")
+	require.Empty(t, missed(cell(scenarios.ExpectReproduces, true)), "once, not as a missed reproduction too")
+	require.Empty(t, inconclusive(cell(scenarios.ExpectSafe, false)), "a conclusive verdict is kept")
+	require.Empty(t, inconclusive(report.Result{Err: errors.New("boom")}), "a cell that could not run is flaked's")
+	require.False(t, report.Verdict([]report.Result{cell(scenarios.ExpectSafe, true)}).Pass, "still inconclusive, the matrix fails")
+}

@@ -142,6 +142,7 @@ func specFromEnv(getenv func(string) string) (replicaSpec, error) {
 		PollInterval: ms(EnvPollMillis),
 		Work:         ms(EnvWorkMillis),
 		Unfenced:     getenv(EnvUnfenced) == "1",
+		AppName:      getenv(EnvAppName),
 	}
 	if len(missing) > 0 {
 		return spec, fmt.Errorf("missing or bad %s; this command is a replica that `doublerun run` starts with them set, not one to run by hand", strings.Join(missing, ", "))

@@ -168,6 +168,7 @@ while true; do echo "became leader"; sleep 0.3; done`},
 	require.NoError(t, err)
 	require.Equal(t, []string{"r1"}, rep.Protocol.LeftBehind)
 	require.False(t, rep.Verdict.Pass, "what ran unmeasured cannot pass")
+	require.Equal(t, "FAIL", rep.Verdict.Status(), "and is a failure, not a run that could not fail")
 }
 
 // The built-in advisory lease run as a replica command, reporting over

@@ -181,7 +181,21 @@
 // whose fence's history is not linearizable, whatever its expectation
 // (package oracle, fence.go): the grants and renewals the server recorded
 // in the strategy's token table (Strategy.TokenTable) and the fenced
-// side-effect writes must have a legal order. [Verdict] is the
+// side-effect writes must have a legal order.
+//
+// A run that could not have shown a double-run is INCONCLUSIVE, neither a
+// PASS nor a FAIL for want of one (Verdict.Inconclusive; the CLI exits 1
+// with the failed condition and its fix). Its validity conditions
+// (oracle.Validity, in metrics.validity) are computed from the history:
+// two replicas alive from the fault to its heal plus a TTL (over the whole
+// run without a fault), the fault family's own evidence that it struck
+// its target, every replica command's backend arriving through its proxy
+// or a bouncer of the run (the lock watcher's samples of pg_stat_activity
+// by application_name, and the bouncers' SHOW SERVERS and SHOW CLIENTS),
+// and oracle.MinPieces pieces of work on each side of the fault. A
+// double-run or an accepted stale write measured on an invalid run still
+// fails it. A replica that exits before the run ends is a replica-stopped
+// event with its exit status and its last line of output. [Verdict] is the
 // one result type: a run's, a matrix cell's and a matrix's (package
 // report) and the #556 reproduction's; its Err is what the CLI returns.
 //
@@ -217,8 +231,10 @@
 //	                    client_linked_ms, reentered_by}, reentries,
 //	                    left_held[]}, linearizability {linearizable ("yes",
 //	                    "no" or "unknown"), operations, checked_in_ms}
-//	                    (absent when the run was not checked)
-//	verdict             expect, pass, reason
+//	                    (absent when the run was not checked),
+//	                    validity {valid, conditions[] {name, holds,
+//	                    figure, reason}}
+//	verdict             expect, pass, inconclusive, reason
 //	protocol            for replica commands only: mode ("sql" or "log"),
 //	                    note (what the times are), lines and matched (log
 //	                    mode), receipt_lag_median_ms and receipt_lag_max_ms
@@ -233,7 +249,10 @@
 //	                    held[] {pid, client_linked}}: every lock sample
 //	                    that differs from the one before it and the last
 //	                    one before each change, token_ops[] {kind ("grant"
-//	                    or "renewal"), replica, token, call, return}
+//	                    or "renewal"), replica, token, call, return},
+//	                    backends[] {at, replica, pid, client, via ("proxy",
+//	                    "pgbouncer", "unverified" or "other")}: replica
+//	                    commands' connections and the path they came by
 //
 // oracle.Analyze(report.history, report.Analysis()) recomputes every
 // figure in metrics, and Judge the verdict; `doublerun check` does both

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 		},
 	})
 	scenarios.MaybeRunReplica()
+	if pidFile := os.Getenv(envTestRunner); pidFile != "" {
+		runLikeARunner(pidFile)
+	}
 	// The built-in lease through the command path, as `doublerun replica`
 	// runs it: this test binary started as a scenario's replica command.
 	if strategy := os.Getenv(envTestCommandStrategy); strategy != "" {

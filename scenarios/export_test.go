@@ -28,3 +28,6 @@ func WithStopGrace(opts RunOptions, d time.Duration) RunOptions {
 	opts.stopGrace = d
 	return opts
 }
+
+// KeepGroup exposes keepGroup to the tests.
+func KeepGroup(exe string, pgid int) (release func(), err error) { return keepGroup(exe, pgid) }

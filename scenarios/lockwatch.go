@@ -47,6 +47,10 @@ type lockWatch struct {
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+
+	// paths samples the replica commands' backends; nil for built-in
+	// replicas.
+	paths *pathWatch
 }
 
 // watchLock starts watching the lock of the run's strategy. A strategy that
@@ -59,12 +63,18 @@ func (r *run) watchLock(ctx context.Context) {
 	if !r.leaseEP.Direct() {
 		w.adminDSN = r.leaseEP.AdminDSN
 	}
+	if r.sc.Replica != nil {
+		w.paths = newPathWatch(r)
+	}
 	ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	w.done.Add(1)
 	go func() {
 		defer w.done.Done()
-		for {
+		for tick := 0; ; tick++ {
 			w.sample(ctx)
+			if tick%pathWatchEvery == 0 {
+				w.paths.sample(ctx)
+			}
 			if wait.Sleep(ctx, lockWatchInterval) != nil {
 				return
 			}
@@ -95,8 +105,18 @@ func (w *lockWatch) stop(ctx context.Context) []oracle.LockSample {
 			_ = w.admin.Close(context.Background())
 			w.admin = nil
 		}
+		w.paths.close()
 	}
 	return w.samples
+}
+
+// backends is every replica command's backend the watch saw, with its
+// path; nil for built-in replicas. Call it after stop.
+func (w *lockWatch) backends() []oracle.Backend {
+	if w == nil || w.paths == nil {
+		return nil
+	}
+	return w.paths.seen
 }
 
 // sample takes one sample and keeps it if it differs from the last kept.

@@ -39,6 +39,9 @@ type replicaSpec struct {
 	Work         time.Duration `json:"work"`
 	TTL          time.Duration `json:"ttl"`
 	Unfenced     bool          `json:"unfenced"`
+	// AppName is DOUBLERUN_APPLICATION_NAME for a built-in lease run as
+	// a replica command; empty in the runner's own replicas.
+	AppName string `json:"app_name,omitempty"`
 }
 
 // MaybeRunReplica runs this process as a scenario replica, and exits, when
@@ -53,6 +56,7 @@ type replicaSpec struct {
 //		os.Exit(m.Run())
 //	}
 func MaybeRunReplica() {
+	maybeRunKeeper()
 	raw, ok := os.LookupEnv(envReplica)
 	if !ok {
 		return
@@ -96,7 +100,8 @@ func leadAndWork(ctx context.Context, spec replicaSpec, rec workRecorder, log *s
 	if !ok {
 		return fmt.Errorf("strategy %q is not registered in this binary; register it before MaybeRunReplica", spec.Strategy)
 	}
-	l, err := strategy.New(ctx, LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, PollInterval: spec.PollInterval, Logger: log})
+	l, err := strategy.New(ctx, LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, PollInterval: spec.PollInterval, Logger: log,
+		ApplicationName: spec.AppName})
 	if err != nil {
 		return fmt.Errorf("build lease: %w", err)
 	}

@@ -69,7 +69,7 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 	cmd.Env = c.commandEnv(spec)
 	// Own process group: the faults signal it, and every way out kills it.
 	// Pdeathsig reaches the command itself if the runner is killed
-	// outright; the rest of its group is then left to it.
+	// outright, and its keeper (keeper.go) the rest of its group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	rp := &replica{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{}), command: true}
 	var pr, pw *os.File
@@ -105,11 +105,24 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 		read.Go(func() { rp.lines.read(context.WithoutCancel(ctx), pr, logf) })
 	}
 	pid := cmd.Process.Pid
+	release, err := keepGroup(r.exe, pid)
+	if err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		read.Wait()
+		if pr != nil {
+			pr.Close()
+			rp.lines.rec.Close()
+		}
+		logf.Close()
+		return err
+	}
 	_, _ = oracle.LogEvent(ctx, r.conn, oracle.EventReplicaStarted, spec.Replica, fmt.Sprintf("pid %d: %s", pid, strings.Join(c.Command, " ")))
 	go func() {
 		rp.err = cmd.Wait()
 		rp.leftBehind = groupOutlives(pid)
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		release()
 		if pr != nil {
 			// Every writer is gone with the group; a process that left it
 			// (setsid) may still hold the pipe, so do not wait for ever.
@@ -130,6 +143,9 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 		detail := "exited"
 		if rp.err != nil {
 			detail = "exited: " + rp.err.Error()
+		}
+		if !r.stopping.Load() {
+			detail = r.exitDetail(rp)
 		}
 		_, _ = oracle.LogEvent(ectx, r.conn, oracle.EventReplicaStopped, rp.id, detail)
 		cancel()
@@ -194,13 +210,14 @@ func (r *run) silentReport(ctx context.Context, start time.Time) (*Report, error
 	if err != nil {
 		return nil, err
 	}
+	r.stopping.Store(true)
 	r.stopReplicas(ctx)
 	locks := r.lockWatch.stop(ctx)
 	h, err := oracle.Load(ctx, r.conn, start, end)
 	if err != nil {
 		return nil, err
 	}
-	h.Locks = locks
+	h.Locks, h.Backends = locks, r.lockWatch.backends()
 	return r.report(h, oracle.Analyze(h, r.analysis())), nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,9 @@ type replica struct {
 	command    bool
 	leftBehind bool
 	lines      *logMatcher
+	// killed says a fault killed it (Target.Killed): its exit is that
+	// fault's, already an event.
+	killed atomic.Bool
 }
 
 // isTestBinary reports whether this process is a go test binary, whose
@@ -134,6 +138,7 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 	go func() {
 		rp.err = cmd.Wait()
 		logf.Close()
+		r.replicaExited(rp)
 		close(rp.done)
 	}()
 	r.mu.Lock()
@@ -263,6 +268,33 @@ func (r *run) killReplicas() {
 		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
 		<-rp.done
 	}
+}
+
+// replicaExited logs the exit of a built-in replica that exited before
+// the runner stopped it (a fault's SIGKILL is the fault's own event):
+// its open work ends there (oracle.Load), and it no longer contends
+// (oracle.Validity). Caught by TestAReplicaThatExitsIsAnEvent.
+func (r *run) replicaExited(rp *replica) {
+	if r.stopping.Load() || rp.killed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = oracle.LogEvent(ctx, r.conn, oracle.EventReplicaStopped, rp.id, r.exitDetail(rp))
+}
+
+// exitDetail says how a replica exited before the run ended: its exit
+// status and the last line of its output.
+func (r *run) exitDetail(rp *replica) string {
+	status := "exit 0"
+	if rp.err != nil {
+		status = rp.err.Error()
+	}
+	d := "exited before the run ended: " + status
+	if last := lastLine(rp.log); last != "" {
+		d += fmt.Sprintf("; its last line: %q", last)
+	}
+	return d
 }
 
 func tailFile(path string) string {

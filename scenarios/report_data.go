@@ -74,7 +74,7 @@ const (
 // Analysis is the oracle options the report's figures were computed with.
 func (r *Report) Analysis() oracle.Options {
 	return oracle.Options{GapTolerance: time.Duration(r.GapTolerance), OrphanTolerance: time.Duration(r.OrphanTolerance),
-		CheckTimeout: time.Duration(r.CheckTimeout)}
+		CheckTimeout: time.Duration(r.CheckTimeout), TTL: r.Scenario.TTL, Commands: r.Scenario.Replica != nil}
 }
 
 // Pieces is the number of pieces of leader work the report's history
@@ -240,7 +240,7 @@ func (p *ProtocolInfo) Amend(v Verdict) Verdict {
 		return v
 	}
 	// Caught by TestCommandReplicaLeavesNothingRunning.
-	v.Pass = false
+	v.Pass, v.Inconclusive = false, false
 	v.Reason = fmt.Sprintf("replica %s left processes of its group running after it exited, which the runner killed and never measured; make the command wait for its children, or exec the service so it is the one process (%s)",
 		strings.Join(p.LeftBehind, ", "), v.Reason)
 	return v

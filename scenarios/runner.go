@@ -111,6 +111,10 @@ type run struct {
 
 	tokens atomic.Int64 // log mode's terms, one counter for the run
 
+	// stopping is set once the measurement ended and the runner stops the
+	// replicas: an exit before it is an event (replicaExited).
+	stopping atomic.Bool
+
 	mu       sync.Mutex
 	replicas []*replica
 	cleanups []func()
@@ -134,12 +138,14 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	}
 	r.log.Info("measuring", "scenario", r.sc.Name, "duration", r.sc.Duration, "fault", r.sc.Fault)
 	measureEnd := time.Now().Add(r.sc.Duration)
+	var faultAt time.Time
 	if f, ok := fault.Lookup(r.sc.Fault); ok {
 		if err := wait.Sleep(ctx, r.sc.Duration/3); err != nil {
 			return nil, err
 		}
-		healed, err := r.inject(ctx, f)
-		if err != nil {
+		var healed time.Time
+		var err error
+		if faultAt, healed, err = r.inject(ctx, f); err != nil {
 			return nil, err
 		}
 		// A fault that took longer than planned (a restart on a loaded
@@ -155,10 +161,14 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	} else if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
 		return nil, err
 	}
+	if err := r.awaitWorkAfter(ctx, faultAt); err != nil {
+		return nil, err
+	}
 	end, err := oracle.LogEvent(ctx, r.conn, oracle.EventMeasureEnd, "", "")
 	if err != nil {
 		return nil, err
 	}
+	r.stopping.Store(true)
 	r.stopReplicas(ctx)
 	// The last sample comes after every replica stopped, so a lock they
 	// left behind shows (oracle.Orphaned.LeftHeld).
@@ -167,25 +177,27 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.Locks = locks
+	h.Locks, h.Backends = locks, r.lockWatch.backends()
 	return r.report(h, oracle.Analyze(h, r.analysis())), nil
 }
 
 // inject runs f, logging on the oracle's clock when it began and when it
-// had recovered, and returns the latter. The measurement keeps running
+// had recovered, and returns both. The measurement keeps running
 // meanwhile.
-func (r *run) inject(ctx context.Context, f fault.Fault) (time.Time, error) {
+func (r *run) inject(ctx context.Context, f fault.Fault) (time.Time, time.Time, error) {
 	fctx, cancel := context.WithTimeout(ctx, fault.TimeoutOf(f))
 	defer cancel()
 	leader, _ := r.Leader(fctx)
-	if _, err := oracle.LogEvent(ctx, r.conn, oracle.EventFault, leader.ID, f.Name()); err != nil {
-		return time.Time{}, err
+	at, err := oracle.LogEvent(ctx, r.conn, oracle.EventFault, leader.ID, f.Name())
+	if err != nil {
+		return at, time.Time{}, err
 	}
 	r.log.Info("fault", "name", f.Name(), "leader", leader.ID)
 	if err := f.Inject(fctx, r); err != nil {
-		return time.Time{}, fmt.Errorf("fault %s: %w", f.Name(), err)
+		return at, time.Time{}, fmt.Errorf("fault %s: %w", f.Name(), err)
 	}
-	return oracle.LogEvent(ctx, r.conn, oracle.EventHealed, leader.ID, f.Name())
+	healed, err := oracle.LogEvent(ctx, r.conn, oracle.EventHealed, leader.ID, f.Name())
+	return at, healed, err
 }
 
 // inFlightWait bounds how long a measurement goes on, past its planned
@@ -245,6 +257,33 @@ func (r *run) running(ids []string) []string {
 	return out
 }
 
+// workAfterWait bounds how much longer than planned a run measures for
+// the work after its fault that the validity floor asks for: a restarted
+// Postgres behind a transaction pool left a fenced lease a TTL and a
+// second in which it began one piece (chaos, fenced/POSTGRES_RESTART),
+// where the next came a poll later.
+const workAfterWait = 5 * time.Second
+
+// awaitWorkAfter measures on, for at most workAfterWait and a TTL, until
+// oracle.MinPieces pieces of work began after the fault at faultAt (zero
+// for none): the run is then long enough to have shown a double-run
+// across it, and one that still is not is INCONCLUSIVE.
+func (r *run) awaitWorkAfter(ctx context.Context, faultAt time.Time) error {
+	if faultAt.IsZero() {
+		return nil
+	}
+	deadline := time.Now().Add(workAfterWait + r.sc.TTL)
+	for {
+		n, err := oracle.PiecesSince(ctx, r.conn, faultAt)
+		if err != nil || n >= oracle.MinPieces || time.Now().After(deadline) {
+			return err
+		}
+		if err := wait.Sleep(ctx, r.sc.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
@@ -255,7 +294,8 @@ func later(a, b time.Time) time.Time {
 // analysis is how the run's history is analysed; the report carries each
 // option, so `doublerun check` analyses it the same way.
 func (r *run) analysis() oracle.Options {
-	return oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: orphanTolerance, CheckTimeout: oracle.DefaultCheckTimeout}
+	return oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: orphanTolerance, CheckTimeout: oracle.DefaultCheckTimeout,
+		TTL: r.sc.TTL, Commands: r.sc.Replica != nil}
 }
 
 // gapTolerance is the longest pause between two pieces of a leader's own
@@ -416,6 +456,7 @@ func (r *run) defer_(f func()) { r.cleanups = append(r.cleanups, f) }
 
 // cleanup kills any replica still running and undoes prepare, in reverse.
 func (r *run) cleanup() {
+	r.stopping.Store(true)
 	r.killReplicas()
 	for i := len(r.cleanups) - 1; i >= 0; i-- {
 		r.cleanups[i]()

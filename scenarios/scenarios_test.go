@@ -179,10 +179,11 @@ var fenceReasons = map[string]string{
 
 func TestJudgeFailsInEitherDirection(t *testing.T) {
 	t.Parallel()
-	double := oracle.Metrics{DoubleRun: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}
-	stale := oracle.Metrics{StaleWrites: oracle.StaleWrites{Accepted: 1}}
-	clean := oracle.Metrics{}
-	orphan := oracle.Metrics{Orphaned: oracle.Orphaned{Window: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}}
+	valid := oracle.Validity{Valid: true}
+	double := oracle.Metrics{DoubleRun: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}, Validity: valid}
+	stale := oracle.Metrics{StaleWrites: oracle.StaleWrites{Accepted: 1}, Validity: valid}
+	clean := oracle.Metrics{Validity: valid}
+	orphan := oracle.Metrics{Orphaned: oracle.Orphaned{Window: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}, Validity: valid}
 	withFence := func(m oracle.Metrics, verdict string) oracle.Metrics {
 		m.Linearizability = &oracle.Linearizability{Linearizable: verdict, Operations: 9}
 		return m
@@ -222,6 +223,52 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 			require.NotEmpty(t, v.Reason)
 		})
 	}
+}
+
+// A run that could not have shown a double-run is neither a PASS nor a
+// FAIL for want of one; what it did measure still fails it.
+func TestJudgeInconclusive(t *testing.T) {
+	t.Parallel()
+	invalid := oracle.Validity{Conditions: []oracle.Condition{
+		{Name: oracle.ConditionContention, Holds: true, Figure: "2 of 2"},
+		{Name: oracle.ConditionStruck, Reason: "KILL_LEADER killed no replica"},
+	}}
+	double := oracle.Metrics{DoubleRun: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}, Validity: invalid}
+	stale := oracle.Metrics{StaleWrites: oracle.StaleWrites{Accepted: 1}, Validity: invalid}
+	clean := oracle.Metrics{Validity: invalid}
+	t.Run("AnInvalidRunNeverPasses", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			expect Expectation
+			m      oracle.Metrics
+		}{{ExpectSafe, clean}, {ExpectFenced, double}, {ExpectReproduces, double}, {ExpectReproduces, clean}, {ExpectReproducesOrOrphans, clean}} {
+			v := Judge(tc.expect, tc.m, 5)
+			require.False(t, v.Pass, tc.expect)
+			require.True(t, v.Inconclusive, tc.expect)
+			require.Equal(t, "INCONCLUSIVE", v.Status())
+			require.Equal(t, "fault struck: KILL_LEADER killed no replica", v.Reason)
+			require.EqualError(t, v.Err(), "INCONCLUSIVE: fault struck: KILL_LEADER killed no replica")
+		}
+	})
+	t.Run("AFailStaysAFail", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			expect Expectation
+			m      oracle.Metrics
+		}{{ExpectSafe, double}, {ExpectSafe, stale}, {ExpectFenced, stale}} {
+			v := Judge(tc.expect, tc.m, 5)
+			require.False(t, v.Pass, tc.expect)
+			require.False(t, v.Inconclusive, "%s: a double-run measured on an invalid run is still one", tc.expect)
+			require.Equal(t, "FAIL", v.Status())
+		}
+	})
+	t.Run("NoConditionIsNoPass", func(t *testing.T) {
+		t.Parallel()
+		v := Judge(ExpectSafe, oracle.Metrics{}, 5)
+		require.True(t, v.Inconclusive)
+		require.Contains(t, v.Reason, "no validity condition was computed")
+	})
+	require.Equal(t, "PASS", Judge(ExpectSafe, oracle.Metrics{Validity: oracle.Validity{Valid: true}}, 5).Status())
 }
 
 func TestParseTopologies(t *testing.T) {

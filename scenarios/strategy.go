@@ -50,6 +50,11 @@ type LeaseConfig struct {
 	PollInterval time.Duration
 	// Logger goes to the replica's log file.
 	Logger *slog.Logger
+	// ApplicationName is the lease connection's application_name when the
+	// lease runs as a replica command (DOUBLERUN_APPLICATION_NAME), so
+	// that the runner sees its backends as the replica's; empty keeps the
+	// lease's own.
+	ApplicationName string
 }
 
 // Strategy builds the leases of one strategy and says what they are, so
@@ -110,7 +115,7 @@ func advisory(unguarded, wait bool) Strategy {
 		// one refuses it all the same.
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
 			return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
-				DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger,
+				DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger, ApplicationName: c.ApplicationName,
 				Key1: lock.Key1, Key2: lock.Key2, TokenTable: advisoryTokenTable,
 				DisablePIDGuard: unguarded, AllowTransactionPooling: true,
 				Wait: wait, WaitTimeout: c.PollInterval,
@@ -148,7 +153,8 @@ var strategies = struct {
 	StrategyAdvisoryWait:      advisory(false, true),
 	StrategyFenced: {
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
-			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger, Table: fencedTable})
+			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger, Table: fencedTable,
+				ApplicationName: c.ApplicationName})
 		},
 		Setup:      func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, fencedTable) },
 		TokenTable: fencedTable,
@@ -162,7 +168,7 @@ func fencedWait() Strategy {
 	return Strategy{
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
 			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger,
-				Wait: true, WaitTimeout: c.PollInterval})
+				Wait: true, WaitTimeout: c.PollInterval, ApplicationName: c.ApplicationName})
 		},
 		Setup: func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, "") },
 	}

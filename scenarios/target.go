@@ -52,5 +52,12 @@ func (r *run) Event(ctx context.Context, kind, replica, detail string) error {
 }
 
 func (r *run) Killed(ctx context.Context, replica string) error {
+	r.mu.Lock()
+	for _, rp := range r.replicas {
+		if rp.id == replica {
+			rp.killed.Store(true)
+		}
+	}
+	r.mu.Unlock()
 	return r.Event(ctx, oracle.EventReplicaKilled, replica, "")
 }

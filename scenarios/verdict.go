@@ -17,7 +17,21 @@ type Verdict struct {
 	// several runs.
 	Expect Expectation `json:"expect"`
 	Pass   bool        `json:"pass"`
-	Reason string      `json:"reason"`
+	// Inconclusive says the run could not have shown what it was judged
+	// for (oracle.Validity): neither a pass nor a fail. Pass is false.
+	Inconclusive bool   `json:"inconclusive,omitempty"`
+	Reason       string `json:"reason"`
+}
+
+// Status is the verdict in one word: PASS, FAIL or INCONCLUSIVE.
+func (v Verdict) Status() string {
+	switch {
+	case v.Pass:
+		return "PASS"
+	case v.Inconclusive:
+		return "INCONCLUSIVE"
+	}
+	return "FAIL"
 }
 
 // Err is nil when v passed, and otherwise an error whose text is v's
@@ -26,12 +40,39 @@ func (v Verdict) Err() error {
 	if v.Pass {
 		return nil
 	}
+	if v.Inconclusive {
+		return errors.New("INCONCLUSIVE: " + v.Reason)
+	}
 	return errors.New(v.Reason)
 }
 
 // Judge decides whether m meets expect. A mismatch fails in either
 // direction: a "reproduces" scenario that shows no double-run fails too.
+// A run whose validity conditions fail is INCONCLUSIVE rather than a
+// PASS, and rather than a FAIL for want of a double-run it could not
+// have shown; what it did measure (a double-run where none was
+// expected, an accepted stale write) fails it still.
 func Judge(expect Expectation, m oracle.Metrics, pieces int) Verdict {
+	v := judge(expect, m, pieces)
+	if m.Validity.Valid || pieces == 0 {
+		return v
+	}
+	c, ok := m.Validity.Failed()
+	if !ok {
+		c = oracle.Condition{Name: "validity", Reason: "no validity condition was computed for this run; recompute its report with `doublerun check`"}
+	}
+	measured := !v.Pass && (expect == ExpectSafe || expect == ExpectFenced) ||
+		m.Linearizability != nil && !m.Linearizability.Holds()
+	if measured {
+		// Caught by TestJudgeInconclusive/AFailStaysAFail.
+		return v
+	}
+	// Caught by TestJudgeInconclusive/AnInvalidRunNeverPasses.
+	return Verdict{Expect: expect, Inconclusive: true,
+		Reason: fmt.Sprintf("%s: %s", c.Name, c.Reason)}
+}
+
+func judge(expect Expectation, m oracle.Metrics, pieces int) Verdict {
 	v := Verdict{Expect: expect}
 	dr := m.DoubleRun
 	lin := m.Linearizability

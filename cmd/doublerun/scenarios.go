@@ -150,7 +150,9 @@ func runCommand() command {
 					fmt.Fprintf(e.stdout, "report: %s/%s/report.md, timeline: %s/%s/timeline.svg\n", *out, sc.Name, *out, sc.Name)
 				}
 			}
-			if err := rep.Verdict.Err(); err != nil {
+			if err := rep.Verdict.Err(); err != nil && rep.Verdict.Inconclusive {
+				return fmt.Errorf("scenario %s: %w", sc.Name, err)
+			} else if err != nil {
 				return fmt.Errorf("scenario %s: verdict failed: %w", sc.Name, err)
 			}
 			return nil

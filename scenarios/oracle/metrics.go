@@ -83,6 +83,10 @@ type History struct {
 	// Locks are the runner's samples of the lease's advisory lock, kept
 	// when they change; empty for a lease that holds none.
 	Locks []LockSample `json:"locks,omitempty"`
+	// Backends are the replica commands' server connections the runner
+	// saw, with the path each arrived by (validity.go); empty for
+	// built-in replicas.
+	Backends []Backend `json:"backends,omitempty"`
 	// TokenOps are every grant and renewal of the lease's token, as the
 	// server recorded them in the statements that made them
 	// (RecordTokens); empty for a strategy whose token table is unknown.
@@ -103,6 +107,12 @@ type Options struct {
 	// CheckTimeout bounds the linearizability check (fence.go); zero
 	// means DefaultCheckTimeout.
 	CheckTimeout time.Duration
+	// TTL is the lease's: the contention condition asks for contenders
+	// until a TTL after the fault healed (validity.go).
+	TTL time.Duration
+	// Commands says the replicas are the user's command, whose backends
+	// the traffic-path condition checks (validity.go).
+	Commands bool
 }
 
 // Metrics are the figures a run is judged by.
@@ -139,6 +149,9 @@ type Metrics struct {
 	// grants, renewals and fenced writes have a legal order (fence.go);
 	// nil when the run had no fenced write or no recorded token.
 	Linearizability *Linearizability `json:"linearizability,omitempty"`
+	// Validity says whether the run could have shown a double-run at all
+	// (validity.go); a run that could not is INCONCLUSIVE.
+	Validity Validity `json:"validity"`
 }
 
 // Window is a set of episodes: maximal stretches of time during which a
@@ -199,6 +212,7 @@ func Analyze(h History, opts Options) Metrics {
 	m.FailoverLatency, m.FailoverFrom = failover(h, ivs)
 	m.Orphaned = orphaned(h, opts.OrphanTolerance)
 	m.Linearizability = checkFence(h, opts.CheckTimeout)
+	m.Validity = validity(h, opts)
 	return m
 }
 

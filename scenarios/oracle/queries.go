@@ -76,6 +76,17 @@ func AnyWork(ctx context.Context, db Querier) (bool, error) {
 	return found, nil
 }
 
+// PiecesSince counts the pieces of leader work begun at or after t, on
+// the oracle's clock: the runner measures until a fault is followed by
+// the work the validity floor asks for (MinPieces).
+func PiecesSince(ctx context.Context, db Querier, t time.Time) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM `+workTable+` WHERE started_at >= $1`, t).Scan(&n); err != nil {
+		return 0, fmt.Errorf("oracle: pieces since %s: %w", t, err)
+	}
+	return n, nil
+}
+
 // SideEffect makes the side-effect write of this replica's piece of work
 // under token, through tx: the leader's own transaction on the work
 // endpoint, which the fence checked first when fenced is true. The row

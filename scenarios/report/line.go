@@ -7,14 +7,12 @@ import (
 	"github.com/doublerun/doublerun/scenarios"
 )
 
-// Line is the one progress line printed per run: PASS or FAIL, the
+// Line is the one progress line printed per run: PASS, FAIL or
+// INCONCLUSIVE, the
 // scenario, the double-run and leaderless windows, the stale writes and
 // the verdict's reason.
 func Line(r *scenarios.Report) string {
-	status := "PASS"
-	if !r.Verdict.Pass {
-		status = "FAIL"
-	}
+	status := r.Verdict.Status()
 	m := r.Metrics
 	return fmt.Sprintf("%s %-40s double-run %8s (%d episodes)  leaderless %8s  orphaned %8s (%d)  stale accepted/rejected %d/%d  [%s: %s]",
 		status, r.Scenario.Name, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total,

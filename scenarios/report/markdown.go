@@ -65,10 +65,8 @@ func Markdown(r *scenarios.Report) string {
 	if len(m.Orphaned.LeftHeld) > 0 {
 		row("lock left held after every replica stopped", fmt.Sprintf("backends %v: no replica claims them; the lock stays until those server connections close", m.Orphaned.LeftHeld))
 	}
-	verdict := "PASS"
-	if !r.Verdict.Pass {
-		verdict = "FAIL"
-	}
+	row("validity", validityText(m.Validity))
+	verdict := r.Verdict.Status()
 	row("**verdict**", fmt.Sprintf("%s (expected %s): %s", verdict, r.Verdict.Expect, r.Verdict.Reason))
 	fmt.Fprintf(&b, "\nViews: [timeline.svg](timeline.svg)")
 	if m.Linearizability != nil {
@@ -132,4 +130,22 @@ func orphanLine(r *scenarios.Report, o oracle.Orphan) string {
 		s += "; re-entered by " + o.ReenteredBy + " (re-entrant: a second leader on a lock it never took)"
 	}
 	return s
+}
+
+// validityText is the validity row: VALID or INVALID, then each
+// condition's figure, the failed ones with their reason.
+func validityText(v oracle.Validity) string {
+	word := "valid"
+	if !v.Valid {
+		word = "**invalid**"
+	}
+	parts := make([]string, 0, len(v.Conditions))
+	for _, c := range v.Conditions {
+		if c.Holds {
+			parts = append(parts, fmt.Sprintf("%s: %s", c.Name, c.Figure))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s **failed**: %s", c.Name, c.Reason))
+		}
+	}
+	return word + " (" + strings.Join(parts, "; ") + ")"
 }

@@ -101,8 +101,17 @@ func Summary(cells []Result, wall time.Duration) string {
 	})
 	var b strings.Builder
 	failed := Failed(cells)
-	fmt.Fprintf(&b, "# Chaos matrix\n\n%d cells, %d matched their expectation, %d did not; wall time %s.\n\n",
-		len(cells), len(cells)-len(failed), len(failed), wall.Round(time.Second))
+	inconclusive := 0
+	for _, c := range cells {
+		if c.Verdict().Inconclusive {
+			inconclusive++
+		}
+	}
+	counts := fmt.Sprintf("%d cells, %d matched their expectation, %d did not", len(cells), len(cells)-len(failed), len(failed))
+	if inconclusive > 0 {
+		counts += fmt.Sprintf(" (%d of them INCONCLUSIVE: their runs could not have shown a double-run)", inconclusive)
+	}
+	fmt.Fprintf(&b, "# Chaos matrix\n\n%s; wall time %s.\n\n", counts, wall.Round(time.Second))
 	b.WriteString(versionsLine(cells))
 	b.WriteString("| strategy | fault | topology | double-run (episodes) | leaderless | orphaned lock (episodes) | stale writes accepted / rejected | expect | verdict |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
@@ -117,6 +126,8 @@ func Summary(cells []Result, wall time.Duration) string {
 		switch {
 		case c.Err != nil:
 			verdict = "**ERROR**"
+		case c.Report.Verdict.Inconclusive:
+			verdict = "**INCONCLUSIVE**"
 		case !c.Report.Verdict.Pass:
 			verdict = "**FAIL**"
 		}

@@ -74,3 +74,14 @@ func TestVerdicts(t *testing.T) {
 	require.EqualError(t, report.Verdict([]report.Result{pass, fail, broken}).Err(),
 		"2 of 3 cells did not match their expectation: advisory/transaction/none, advisory/transaction/KILL_LEADER")
 }
+
+// A matrix counts its inconclusive cells, and marks each in the table.
+func TestSummaryCountsInconclusiveCells(t *testing.T) {
+	t.Parallel()
+	sc := scenario("fenced", "KILL_LEADER", scenarios.ExpectSafe)
+	v := scenarios.Verdict{Expect: scenarios.ExpectSafe, Inconclusive: true, Reason: "contention: only 1 replica ran"}
+	out := report.Summary([]report.Result{{Scenario: sc, Report: &scenarios.Report{Scenario: sc, Verdict: v}}}, time.Minute)
+	require.Contains(t, out, "1 cells, 0 matched their expectation, 1 did not (1 of them INCONCLUSIVE: their runs could not have shown a double-run); wall time 1m0s.")
+	require.Contains(t, out, "| safe | **INCONCLUSIVE** |")
+	require.Contains(t, out, "contention: only 1 replica ran")
+}

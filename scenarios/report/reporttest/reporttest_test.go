@@ -36,6 +36,9 @@ func randomHistory(rng *rand.Rand, grain int) oracle.History {
 		h.Intervals = append(h.Intervals, oracle.Interval{Replica: replicas[rng.IntN(3)], Token: int64(1 + rng.IntN(4)),
 			Start: at(from), End: at(from + grain + n(20000))})
 	}
+	for _, r := range replicas {
+		h.Events = append(h.Events, oracle.Event{Kind: oracle.EventReplicaStarted, Replica: r, At: t0})
+	}
 	kinds := []string{oracle.EventFault, oracle.EventHealed, oracle.EventInjected, oracle.EventReplicaKilled, oracle.EventReplicaStopped, oracle.EventChaos}
 	for range rng.IntN(6) {
 		h.Events = append(h.Events, oracle.Event{Kind: kinds[rng.IntN(len(kinds))], Replica: replicas[rng.IntN(3)], At: at(n(120000))})
@@ -231,7 +234,7 @@ func TestRecomputeNamesWhatDiffers(t *testing.T) {
 		var r scenarios.Report
 		require.NoError(t, json.Unmarshal(data, &r))
 		m := r.Metrics
-		if r.Verdict.Pass && m.DoubleRun.Episodes > 0 && m.Orphaned.Episodes > 0 && m.Linearizability != nil && m.Linearizability.Holds() &&
+		if r.Verdict.Pass && m.DoubleRun.Episodes > 0 && m.Orphaned.Episodes > 0 && m.Linearizability != nil && m.Linearizability.Holds() && m.Validity.Valid &&
 			slices.ContainsFunc(r.History.Writes, func(w oracle.Write) bool { return w.Accepted && w.Fenced }) {
 			break
 		}

@@ -1,0 +1,472 @@
+package oracle
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The validity of a run: whether it could have shown a double-run at all.
+// A run with one contender left, a fault that never reached its target,
+// traffic that bypassed the harness's proxies or too little work on one
+// side of the fault measured nothing it was meant to, whatever its
+// windows say. Like Jepsen's `:valid? :unknown` and etcd's robustness
+// tests, which refuse to judge a run below a minimal rate, the verdict of
+// such a run is INCONCLUSIVE (package scenarios). Every condition is
+// computed from the history alone, so `doublerun check` recomputes it.
+
+// The names of the validity conditions, in the order a report lists them.
+const (
+	ConditionContention = "contention"
+	ConditionStruck     = "fault struck"
+	ConditionPath       = "traffic path"
+	ConditionWork       = "enough work"
+)
+
+// MinPieces is the floor of the work condition: pieces of leader work
+// begun before the fault, and as many after it (before and after the
+// middle of a run without one). A double-run across a fault needs a piece
+// on each side of it to overlap; the piece a fault strikes and the one
+// before it show a leader in its steady cycle rather than one just
+// elected, and two after it show work resumed and going on. A run at the
+// default poll interval (100ms) and work (200ms) begins about three pieces
+// a second, so a 5s run has some fifteen: two on a side is a floor a
+// healthy run clears several times over even on a loaded machine, and
+// one it misses only when it did not contend.
+const MinPieces = 2
+
+// MinPiecesUnfaulted is the floor in each half of a run without a fault:
+// nothing interrupts its work, so a double-run may come anywhere in it,
+// and a piece in each half shows that the run held work over its span.
+// A 2s run of a fenced lease through a transaction pool began only four
+// pieces on a loaded machine, one in its second half.
+const MinPiecesUnfaulted = 1
+
+// Validity is whether a run could have shown a double-run: every
+// condition must hold.
+type Validity struct {
+	Valid      bool        `json:"valid"`
+	Conditions []Condition `json:"conditions"`
+}
+
+// Condition is one validity condition: what was measured (Figure) and,
+// when it does not hold, one line naming what failed and the fix.
+type Condition struct {
+	Name   string `json:"name"`
+	Holds  bool   `json:"holds"`
+	Figure string `json:"figure"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Failed is the first condition that does not hold, if any.
+func (v Validity) Failed() (Condition, bool) {
+	for _, c := range v.Conditions {
+		if !c.Holds {
+			return c, true
+		}
+	}
+	return Condition{}, false
+}
+
+// Backend is a server connection of a replica command, as the runner's
+// lock watcher saw it in pg_stat_activity by its application_name, with
+// the path it arrived by.
+type Backend struct {
+	At      time.Time `json:"at"`
+	Replica string    `json:"replica"`
+	PID     int32     `json:"pid"`
+	// Client is the backend's client address and port as Postgres sees
+	// them.
+	Client string `json:"client"`
+	// Via is how it arrived: ViaProxy, ViaPgBouncer, ViaUnverified, or
+	// ViaOther when it came around the harness's path.
+	Via string `json:"via"`
+}
+
+// The paths a Backend may arrive by.
+const (
+	// ViaProxy: its client is a socket of the runner's own proxies.
+	ViaProxy = "proxy"
+	// ViaPgBouncer: it is a server connection of one of the run's
+	// bouncers (SHOW SERVERS).
+	ViaPgBouncer = "pgbouncer"
+	// ViaUnverified: its client is not on this host's loopback (a
+	// container's port proxy stands in front of Postgres), so no socket
+	// of this host can be matched to it.
+	ViaUnverified = "unverified"
+	// ViaOther: its client is a socket on this host that is neither.
+	ViaOther = "other"
+)
+
+// validity computes the conditions of h.
+func validity(h History, opts Options) Validity {
+	f := faultOf(h)
+	conds := []Condition{contention(h, opts, f), struck(h, opts, f), path(h, opts), enoughWork(h, f)}
+	v := Validity{Valid: true, Conditions: conds}
+	for _, c := range conds {
+		v.Valid = v.Valid && c.Holds
+	}
+	return v
+}
+
+// faultSpan is the fault of a run as its events show it: when it began
+// (the runner's fault event), when it healed, and the replica it struck.
+type faultSpan struct {
+	name     string
+	at, heal time.Time
+	target   string
+}
+
+func (f faultSpan) none() bool { return f.name == "" }
+
+func faultOf(h History) faultSpan {
+	var f faultSpan
+	// If and else rather than a switch: gremlins v0.6.0 never counts a
+	// case's condition as covered.
+	for _, e := range h.Events {
+		if e.Kind == EventFault && f.name == "" {
+			f.name, f.at, f.target = e.Detail, e.At, e.Replica
+		} else if e.Kind == EventHealed && f.name != "" && f.heal.IsZero() {
+			f.heal = e.At
+		} else if f.name != "" && f.heal.IsZero() && e.Replica != "" && (e.Kind == EventInjected || e.Kind == EventReplicaKilled || e.Kind == EventChaos) {
+			// The fault's own events name the replica it struck, which
+			// may have become leader since the fault event.
+			f.target = e.Replica
+		}
+	}
+	if f.name != "" && f.heal.IsZero() {
+		f.heal = h.End
+	}
+	return f
+}
+
+// lives is each replica's start and, if it died, its death, from the
+// events: a replica is alive from its start to its first death.
+type life struct{ start, death time.Time }
+
+func lives(h History) (ids []string, by map[string]life) {
+	by = map[string]life{}
+	for _, e := range h.Events {
+		l, seen := by[e.Replica]
+		if e.Kind == EventReplicaStarted && !seen {
+			ids = append(ids, e.Replica)
+			by[e.Replica] = life{start: e.At}
+		} else if (e.Kind == EventReplicaKilled || e.Kind == EventReplicaStopped) && seen && l.death.IsZero() {
+			l.death = e.At
+			by[e.Replica] = l
+		}
+	}
+	return ids, by
+}
+
+func (l life) aliveAt(t time.Time) bool {
+	return !l.start.After(t) && (l.death.IsZero() || l.death.After(t))
+}
+
+// contention: two replicas alive when the fault begins and one besides
+// its target alive until it healed plus a TTL (the time a lease the fault
+// left behind takes to expire), or two alive over the whole run without
+// a fault. A replica that exits leaves no one to contend.
+func contention(h History, opts Options, f faultSpan) Condition {
+	c := Condition{Name: ConditionContention}
+	ids, by := lives(h)
+	// Without a fault, from a TTL into the run (half of it at most): the
+	// replicas start together, but each logs its start once its lease is
+	// built, which may come after the first piece of work began the
+	// measurement; one that asks for the lease by then contends for every
+	// lease granted after, and the TTL is as long as a lease lasts.
+	from, to := h.Start.Add(min(opts.TTL, h.End.Sub(h.Start)/2)), h.End
+	span := fmt.Sprintf("over the run (%s to its end)", rel(h, from))
+	if !f.none() {
+		from, to = f.at, f.heal.Add(opts.TTL)
+		if to.After(h.End) {
+			to = h.End
+		}
+		span = fmt.Sprintf("from the fault to its heal plus the TTL (%s to %s)", rel(h, from), rel(h, to))
+	}
+	// The fault's target may die of it (KILL_LEADER, GRACEFUL_HANDOVER):
+	// it contended up to the fault.
+	var through []string
+	for _, id := range ids {
+		l := by[id]
+		if l.aliveAt(from) && (l.aliveAt(to) || !f.none() && id == f.target) {
+			through = append(through, id)
+		}
+	}
+	alive := len(through)
+	c.Figure = fmt.Sprintf("%d of %d replicas alive %s", alive, len(ids), span)
+	c.Holds = alive >= 2
+	if c.Holds {
+		return c
+	}
+	var dead []string
+	for _, id := range ids {
+		if !slices.Contains(through, id) {
+			if l := by[id]; l.start.After(from) {
+				dead = append(dead, fmt.Sprintf("%s started only at %s", id, rel(h, l.start)))
+			} else {
+				dead = append(dead, fmt.Sprintf("%s %s at %s", id, deathWord(h, id), rel(h, l.death)))
+			}
+		}
+	}
+	if len(ids) < 2 {
+		c.Reason = fmt.Sprintf("only %d replica ran, and a double-run needs two contending for the lease; run 2 or more replicas", len(ids))
+	} else {
+		c.Reason = fmt.Sprintf("only %d replica left contending %s (%s); see the replica's exit in the events and its log, and fix why it stopped", alive, span, strings.Join(dead, ", "))
+	}
+	return c
+}
+
+func deathWord(h History, id string) string {
+	for _, e := range h.Events {
+		if e.Replica == id && (e.Kind == EventReplicaKilled || e.Kind == EventReplicaStopped) {
+			if e.Detail == "" {
+				return e.Kind
+			}
+			return e.Kind + " (" + e.Detail + ")"
+		}
+	}
+	return "not started"
+}
+
+func rel(h History, t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	d := t.Sub(h.Start).Round(time.Millisecond)
+	if d < 0 {
+		// Before the measurement began: a replica that died at its start.
+		return d.String()
+	}
+	return "+" + d.String()
+}
+
+// struck: the evidence, by fault family, that the fault reached what it
+// acts on. A run without a fault holds it trivially.
+func struck(h History, opts Options, f faultSpan) Condition {
+	c := Condition{Name: ConditionStruck}
+	if f.none() {
+		c.Holds, c.Figure = true, "no fault"
+		return c
+	}
+	chaos := func(replica, prefix string) (Event, bool) {
+		for _, e := range h.Events {
+			if e.Kind == EventChaos && !e.At.Before(f.at) && (replica == "" || e.Replica == replica) && strings.HasPrefix(e.Detail, prefix) {
+				return e, true
+			}
+		}
+		return Event{}, false
+	}
+	chaosHas := func(substr string) bool {
+		return slices.ContainsFunc(h.Events, func(e Event) bool {
+			return e.Kind == EventChaos && !e.At.Before(f.at) && strings.Contains(e.Detail, substr)
+		})
+	}
+	working := func(id string, at time.Time) bool {
+		return slices.ContainsFunc(h.Intervals, func(iv Interval) bool {
+			return iv.Replica == id && !iv.Start.After(at) && !iv.End.Before(at)
+		})
+	}
+	event := func(kind, id string) (Event, bool) {
+		for _, e := range h.Events {
+			if e.Kind == kind && e.Replica == id && !e.At.Before(f.at) {
+				return e, true
+			}
+		}
+		return Event{}, false
+	}
+	l := f.target
+	switch f.name {
+	case "KILL_LEADER":
+		k, ok := event(EventReplicaKilled, l)
+		switch {
+		case !ok:
+			c.Reason = fmt.Sprintf("KILL_LEADER killed no replica: the leader %q was never killed", l)
+		case !working(l, k.At):
+			c.Reason = fmt.Sprintf("KILL_LEADER killed %s at %s while it did no leader work: it was not leading", l, rel(h, k.At))
+		default:
+			c.Holds, c.Figure = true, fmt.Sprintf("SIGKILL to leader %s at %s, mid-work", l, rel(h, k.At))
+		}
+	case "FREEZE_LEADER":
+		stop, ok := chaos(l, "SIGSTOP")
+		switch {
+		case !ok:
+			c.Reason = fmt.Sprintf("FREEZE_LEADER froze no replica: no SIGSTOP of the leader %q", l)
+		case chaosHas("without waiting"):
+			c.Reason = fmt.Sprintf("FREEZE_LEADER froze %s without waiting for a piece of work: it was not working, so it had no write to make late; give the replicas steady work (poll interval below the TTL)", l)
+		case !working(l, stop.At):
+			c.Reason = fmt.Sprintf("FREEZE_LEADER froze %s at %s while it did no leader work: it was not leading", l, rel(h, stop.At))
+		default:
+			c.Holds, c.Figure = true, fmt.Sprintf("SIGSTOP to leader %s at %s, mid-work", l, rel(h, stop.At))
+		}
+	case "TERMINATE_LEADER_BACKEND":
+		if e, ok := chaos(l, "backend "); ok && strings.Contains(e.Detail, " terminated") {
+			c.Holds, c.Figure = true, fmt.Sprintf("%s of leader %s at %s", e.Detail, l, rel(h, e.At))
+		} else {
+			c.Reason = fmt.Sprintf("TERMINATE_LEADER_BACKEND ended no backend of the leader %q: its lease had no backend to end; make the lease call doublerun.work_begin with its backend_pid, or connect with DOUBLERUN_LEASE_DSN so its backends carry its application_name", l)
+		}
+	case "PARTITION_LEADER", "DELAY_LEADER":
+		label := map[string]string{"PARTITION_LEADER": "partition", "DELAY_LEADER": "delay"}[f.name]
+		on, okOn := chaos(l, label+" map[") // "partition map[timeout:0] on 2 proxies, for 3s"
+		off, okOff := chaos(l, label+" removed")
+		if !okOn || !okOff {
+			c.Reason = fmt.Sprintf("%s put no toxic on the leader %q's proxies", f.name, l)
+			break
+		}
+		before := slices.ContainsFunc(h.Intervals, func(iv Interval) bool { return iv.Replica == l && iv.Start.Before(f.at) })
+		stall := longestIdle(h.Intervals, l, on.At, off.At)
+		if !before {
+			c.Reason = fmt.Sprintf("%s struck %s, which did no leader work before it: its proxied connections carried no lease traffic", f.name, l)
+		} else if stall <= opts.GapTolerance {
+			c.Reason = fmt.Sprintf("%s on %s's proxies never stalled its work (longest pause %s, tolerance %s): its lease calls do not go through DOUBLERUN_LEASE_DSN; connect with it", f.name, l, stall.Round(time.Millisecond), opts.GapTolerance)
+		} else {
+			c.Holds, c.Figure = true, fmt.Sprintf("leader %s worked before it; its work stalled %s under the %s (%s to %s)", l, stall.Round(time.Millisecond), label, rel(h, on.At), rel(h, off.At))
+		}
+	case "PGBOUNCER_PAUSE":
+		c.Holds = chaosHas("PAUSE ") && chaosHas("RESUME ")
+		c.Figure, c.Reason = "PAUSE and RESUME on the bouncer", "PGBOUNCER_PAUSE logged no PAUSE and RESUME"
+	case "PGBOUNCER_KILL":
+		c.Holds = chaosHas("KILL ")
+		c.Figure, c.Reason = "KILL on the bouncer, its pool reopened", "PGBOUNCER_KILL logged no KILL"
+	case "PGBOUNCER_RECONNECT":
+		c.Holds = chaosHas("RECONNECT ")
+		c.Figure, c.Reason = "RECONNECT on the bouncer", "PGBOUNCER_RECONNECT logged no RECONNECT"
+	case "PGBOUNCER_RESTART":
+		c.Holds = chaosHas("stopped pgbouncer") && chaosHas("started pgbouncer")
+		c.Figure, c.Reason = "the bouncer stopped and started again", "PGBOUNCER_RESTART did not both stop and start the bouncer"
+	case "POSTGRES_RESTART":
+		c.Holds = chaosHas("postgres restarted")
+		c.Figure, c.Reason = "Postgres stopped and came back", "POSTGRES_RESTART never logged Postgres back up"
+	case "GRACEFUL_HANDOVER":
+		term, okTerm := event(EventInjected, l)
+		exit, okExit := event(EventReplicaStopped, l)
+		switch {
+		case !okTerm:
+			c.Reason = fmt.Sprintf("GRACEFUL_HANDOVER sent no SIGTERM to the leader %q", l)
+		case !working(l, term.At):
+			c.Reason = fmt.Sprintf("GRACEFUL_HANDOVER sent SIGTERM to %s while it did no leader work: it was not leading", l)
+		case !okExit:
+			c.Reason = fmt.Sprintf("GRACEFUL_HANDOVER's SIGTERM never made %s exit: it did not release", l)
+		default:
+			c.Holds, c.Figure = true, fmt.Sprintf("SIGTERM to leader %s at %s, mid-work; it released and exited at %s", l, rel(h, term.At), rel(h, exit.At))
+		}
+	default:
+		c.Reason = fmt.Sprintf("fault %s has no evidence this doublerun knows of", f.name)
+	}
+	if c.Holds {
+		c.Reason = ""
+	} else {
+		c.Figure = "not shown"
+	}
+	return c
+}
+
+// longestIdle is the longest stretch in [from, to] during which replica
+// began no piece of work.
+func longestIdle(ivs []Interval, replica string, from, to time.Time) time.Duration {
+	last, longest := from, time.Duration(0)
+	for _, iv := range ivs {
+		if iv.Replica != replica || iv.Start.Before(from) || iv.Start.After(to) {
+			continue
+		}
+		longest = max(longest, iv.Start.Sub(last))
+		last = iv.Start
+	}
+	return max(longest, to.Sub(last))
+}
+
+// path: every backend of a replica command arrived through its proxy or a
+// bouncer of the run. Built-in replicas dial what the runner gives them;
+// a command may dial its own database URL, which no fault reaches.
+func path(h History, opts Options) Condition {
+	c := Condition{Name: ConditionPath}
+	if !opts.Commands {
+		c.Holds, c.Figure = true, "built-in replicas dial the proxies the runner gives them"
+		return c
+	}
+	ids, _ := lives(h)
+	by := map[string][]Backend{}
+	unverified := 0
+	for _, b := range h.Backends {
+		by[b.Replica] = append(by[b.Replica], b)
+		if b.Via == ViaUnverified {
+			unverified++
+		}
+	}
+	for _, id := range ids {
+		var other []Backend
+		for _, b := range by[id] {
+			if b.Via == ViaOther {
+				other = append(other, b)
+			}
+		}
+		if len(other) > 0 {
+			var pids, clients []string
+			for _, b := range other {
+				if b.PID != 0 {
+					pids = append(pids, fmt.Sprint(b.PID))
+				}
+				if !slices.Contains(clients, b.Client) {
+					clients = append(clients, b.Client)
+				}
+			}
+			c.Figure = fmt.Sprintf("%d of %s's %d connections around its proxy", len(other), id, len(by[id]))
+			if len(pids) > 0 {
+				c.Reason = fmt.Sprintf("%s's backends %s connect from %s, not through its proxy: connect with `DOUBLERUN_LEASE_DSN`",
+					id, andList(pids), strings.Join(clients, ", "))
+			} else {
+				c.Reason = fmt.Sprintf("%s's connections from %s reach PgBouncer, not through its proxy: connect with `DOUBLERUN_LEASE_DSN`",
+					id, strings.Join(clients, ", "))
+			}
+			return c
+		}
+	}
+	// Only then the replicas never seen: one that dials around its proxy
+	// is the likelier cause, and its line names the backends.
+	for _, id := range ids {
+		if len(by[id]) == 0 {
+			c.Figure = fmt.Sprintf("no backend of %s seen", id)
+			c.Reason = fmt.Sprintf("%s's backends never showed its application_name in pg_stat_activity, so no fault is known to reach them: connect with `DOUBLERUN_LEASE_DSN` (it sets application_name)", id)
+			return c
+		}
+	}
+	c.Holds = true
+	c.Figure = fmt.Sprintf("%d connections of %d replicas, all through their proxies or the run's bouncers", len(h.Backends), len(ids))
+	if unverified > 0 {
+		c.Figure += fmt.Sprintf(" (%d seen through a container's port proxy, where no socket of this host matches them)", unverified)
+	}
+	return c
+}
+
+func andList(xs []string) string {
+	if len(xs) <= 1 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " and " + xs[len(xs)-1]
+}
+
+// enoughWork: MinPieces begun before the fault and MinPieces after it,
+// or MinPiecesUnfaulted in each half of a run without one.
+func enoughWork(h History, f faultSpan) Condition {
+	c := Condition{Name: ConditionWork}
+	split, side, floor := f.at, "the fault", MinPieces
+	if f.none() {
+		split, side, floor = h.Start.Add(h.End.Sub(h.Start)/2), "the middle of the run", MinPiecesUnfaulted
+	}
+	var before, after int
+	for _, iv := range h.Intervals {
+		if iv.Start.Before(split) {
+			before++
+		} else if !iv.Start.After(h.End) {
+			after++
+		}
+	}
+	c.Figure = fmt.Sprintf("%d pieces of leader work before %s, %d after", before, side, after)
+	c.Holds = before >= floor && after >= floor
+	if !c.Holds {
+		c.Reason = fmt.Sprintf("%d pieces of leader work before %s and %d after, under the floor of %d on each side: the run was too short or too quiet to hold work across it; lengthen \"duration\", or shorten \"poll_interval\" or \"work\"",
+			before, side, after, floor)
+	}
+	return c
+}
