@@ -32,12 +32,14 @@ TEST_REPORTS ?= $(CURDIR)/reports/test
 ## picked (and images built or packages installed) once, up front, and one
 ## stack is shared by every test binary (scenarios/stack/internal/prepare);
 ## tests of the providers and tests that restart servers start their own.
+## While the stack starts, the tests and the library replica programs
+## (make replicas) are compiled, so no compile lands on a running scenario.
 ## Then every report the tests wrote is checked: each figure recomputed
 ## from its history (all of the packages must write some; a narrower PKGS
 ## checks those it wrote).
 test:
 	rm -rf $(TEST_REPORTS)
-	DOUBLERUN_TEST_REPORTS=$(TEST_REPORTS) $(GO) run ./scenarios/stack/internal/prepare -warm "$(GO) list -race -deps -test -export $(PKGS)" -- $(GO) test $(TEST_FLAGS) $(PKGS)
+	DOUBLERUN_TEST_REPORTS=$(TEST_REPORTS) $(GO) run ./scenarios/stack/internal/prepare -warm "$(GO) list -race -deps -test -export $(PKGS)" -warm "$(MAKE) -s replicas GO=$(GO)" -- $(GO) test $(TEST_FLAGS) $(PKGS)
 	$(if $(filter ./...,$(PKGS)),,@find $(TEST_REPORTS) -name report.json 2>/dev/null | grep -q . || exit 0; )$(GO) run ./cmd/doublerun check $(TEST_REPORTS)
 
 ## test-stack: the stack, pgbouncer and CLI tests only.

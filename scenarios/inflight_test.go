@@ -93,3 +93,49 @@ func TestAwaitInFlight(t *testing.T) {
 		require.Contains(t, detail, "pieces of r1 open at the heal had not ended 200ms after")
 	})
 }
+
+// A run without a fault measures on until a piece of work has begun in
+// its second half, the half taken afresh as the run grows: a leader that
+// stalled under load leaves the run too little work to judge otherwise.
+func TestAwaitSecondHalf(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := stacktest.NewDB(t)
+	conn := stacktest.Connect(t, db.Postgres)
+	require.NoError(t, oracle.Migrate(ctx, conn))
+	pool, err := pgxpool.New(ctx, db.Postgres.DSN)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	rec, err := oracle.NewRecorder(ctx, db.Postgres.DSN, "r1")
+	require.NoError(t, err)
+	t.Cleanup(rec.Close)
+	// A piece before the measurement's start, then the start.
+	_, err = rec.Begin(ctx, 1, 0)
+	require.NoError(t, err)
+	start, err := oracle.LogEvent(ctx, pool, oracle.EventMeasureStart, "", "")
+	require.NoError(t, err)
+	r := &run{conn: pool, sc: Scenario{PollInterval: 20 * time.Millisecond}, opts: RunOptions{pieceWait: time.Minute}}
+
+	t.Run("WaitsForAPieceInTheSecondHalf", func(t *testing.T) {
+		done := make(chan error, 1)
+		go func() { done <- r.awaitSecondHalf(ctx, start) }()
+		select {
+		case err := <-done:
+			t.Fatalf("the wait ended with no piece in the second half (%v)", err)
+		case <-time.After(1500 * time.Millisecond):
+		}
+		// 1.5 s into the run: its middle, taken a second on, is at 1.25 s.
+		_, err := rec.Begin(ctx, 1, 0)
+		require.NoError(t, err)
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the wait did not end with the piece")
+		}
+	})
+	t.Run("ItsBoundEndsTheWait", func(t *testing.T) {
+		late := &run{conn: pool, sc: r.sc, opts: RunOptions{pieceWait: 200 * time.Millisecond}}
+		require.NoError(t, late.awaitSecondHalf(ctx, time.Now().Add(time.Hour)), "no piece can begin after a middle an hour away")
+	})
+}

@@ -52,6 +52,9 @@ type RunOptions struct {
 	// stopGrace, for tests, is how long replicas have to stop after
 	// SIGTERM; default 15s.
 	stopGrace time.Duration
+	// pieceWait, for tests, bounds the wait for the work the validity
+	// floor asks for; default pieceWait.
+	pieceWait time.Duration
 }
 
 // Run runs one scenario and judges it, and returns what it measured as
@@ -143,6 +146,12 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		if err := wait.Sleep(ctx, r.sc.Duration/3); err != nil {
 			return nil, err
 		}
+		// The fault strikes once the work the validity floor asks for
+		// before it has begun: a third of the run is the plan, and a
+		// starved machine gets longer.
+		if err := r.awaitPieces(ctx, start, oracle.MinPieces, cmp.Or(r.opts.pieceWait, pieceWait)); err != nil {
+			return nil, err
+		}
 		var healed time.Time
 		var err error
 		if faultAt, healed, err = r.inject(ctx, f); err != nil {
@@ -158,8 +167,13 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		if err := r.awaitInFlight(ctx, healed); err != nil {
 			return nil, err
 		}
-	} else if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
-		return nil, err
+	} else {
+		if err := wait.Sleep(ctx, time.Until(measureEnd)); err != nil {
+			return nil, err
+		}
+		if err := r.awaitSecondHalf(ctx, start); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.awaitWorkAfter(ctx, faultAt); err != nil {
 		return nil, err
@@ -272,10 +286,45 @@ func (r *run) awaitWorkAfter(ctx context.Context, faultAt time.Time) error {
 	if faultAt.IsZero() {
 		return nil
 	}
-	deadline := time.Now().Add(workAfterWait + r.sc.TTL)
+	return r.awaitPieces(ctx, faultAt, oracle.MinPieces, workAfterWait+r.sc.TTL)
+}
+
+// pieceWait bounds how much longer than planned a run waits for the work
+// before its fault, or in the second half of a run without one, that the
+// validity floor asks for. Beside two CPU hogs and the other packages'
+// tests, a fenced lease's grants through a transaction pool timed out for
+// 20 s in a row, and a leader's first piece took 10 s; a run that still
+// has too little work after this is INCONCLUSIVE, as it should be.
+const pieceWait = 30 * time.Second
+
+// awaitPieces waits, at most bound, until n pieces of leader work have
+// begun at or after since on the oracle's clock.
+func (r *run) awaitPieces(ctx context.Context, since time.Time, n int, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
 	for {
-		n, err := oracle.PiecesSince(ctx, r.conn, faultAt)
-		if err != nil || n >= oracle.MinPieces || time.Now().After(deadline) {
+		got, err := oracle.PiecesSince(ctx, r.conn, since)
+		if err != nil || got >= n || time.Now().After(deadline) {
+			return err
+		}
+		if err := wait.Sleep(ctx, r.sc.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitSecondHalf measures a run without a fault on, at most pieceWait,
+// until oracle.MinPiecesUnfaulted pieces of work have begun in its second
+// half: as the run grows its middle moves, so the half is taken afresh on
+// every look. A leader that stalled under load and works again settles it
+// within a few of its pieces. Caught by TestAwaitSecondHalf.
+func (r *run) awaitSecondHalf(ctx context.Context, start time.Time) error {
+	deadline := time.Now().Add(cmp.Or(r.opts.pieceWait, pieceWait))
+	for {
+		// The run ends just after this returns: its middle is taken a
+		// second later than now, so a piece found is in its second half.
+		end := r.oracleTime(ctx, time.Now()).Add(time.Second)
+		got, err := oracle.PiecesSince(ctx, r.conn, start.Add(end.Sub(start)/2))
+		if err != nil || got >= oracle.MinPiecesUnfaulted || time.Now().After(deadline) {
 			return err
 		}
 		if err := wait.Sleep(ctx, r.sc.PollInterval); err != nil {

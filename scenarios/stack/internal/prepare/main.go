@@ -3,17 +3,21 @@
 // on first use (stack.Prepare).
 //
 //	prepare                 prepare, print the route, exit
-//	prepare [-warm W] -- CMD ARGS...
+//	prepare [-warm W]... -- CMD ARGS...
 //	                        also start one stack, run CMD with its DSNs and
 //	                        DOUBLERUN_SHARED_STACK=1 in the environment,
 //	                        then remove the stack; exit with CMD's status.
-//	                        W, a command line split at spaces, runs while
-//	                        the stack starts
+//	                        Each W, a command line split at spaces, runs in
+//	                        turn while the stack starts
 //
 // `make test` passes `-warm "go list -race -deps -test -export ./..."`,
 // which compiles every package the tests need: on a machine with no
 // images that compile overlaps their build, which waits mostly on the
-// network and the disk, instead of following it.
+// network and the disk, instead of following it. A second `-warm "make
+// -s replicas"` builds the golang-migrate and River replica programs,
+// whose tests then find them in the build cache: compiled during a run,
+// on a first run of make test beside two CPU hogs, they starved the
+// scenarios running beside them until their leases' grants timed out.
 //
 // `make test` runs `prepare -- go test ./...`: the test binaries, which run
 // in parallel and show their output only when they fail, share that one
@@ -62,12 +66,12 @@ func main() {
 		}
 		return
 	}
-	var warm []string
-	if args[0] == "-warm" && len(args) > 1 {
-		warm, args = strings.Fields(args[1]), args[2:]
+	var warm [][]string
+	for len(args) > 1 && args[0] == "-warm" {
+		warm, args = append(warm, strings.Fields(args[1])), args[2:]
 	}
 	if len(args) < 2 || args[0] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: prepare [-warm COMMAND] [-- COMMAND ARGS...]")
+		fmt.Fprintln(os.Stderr, "usage: prepare [-warm COMMAND]... [-- COMMAND ARGS...]")
 		os.Exit(2)
 	}
 	os.Exit(runShared(log, warm, args[1:]))
@@ -77,7 +81,7 @@ func main() {
 // DOUBLERUN_SHARED_STACK=1 added to the environment, removes the stack and
 // returns argv's exit status. Ctrl-C and SIGTERM are passed to argv, which
 // decides when to stop; the stack outlives it until it has.
-func runShared(log *slog.Logger, warm, argv []string) int {
+func runShared(log *slog.Logger, warm [][]string, argv []string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	warmed := warmUp(ctx, warm)
@@ -149,20 +153,21 @@ func runShared(log *slog.Logger, warm, argv []string) int {
 	return 1
 }
 
-// warmUp runs argv (if any) in the background, its output discarded: a
-// failure shows again, with its message, in the command that follows. The
-// channel closes when it has ended.
-func warmUp(ctx context.Context, argv []string) <-chan struct{} {
+// warmUp runs each command of cmds in turn in the background, its output
+// discarded: a failure shows again, with its message, in the command
+// that follows. The channel closes when the last has ended.
+func warmUp(ctx context.Context, cmds [][]string) <-chan struct{} {
 	done := make(chan struct{})
-	if len(argv) == 0 {
-		close(done)
-		return done
-	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	go func() {
 		defer close(done)
-		_ = cmd.Run()
+		for _, argv := range cmds {
+			if len(argv) == 0 {
+				continue
+			}
+			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			_ = cmd.Run()
+		}
 	}()
 	return done
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,4 +18,14 @@ func TestSharedEnv(t *testing.T) {
 		"DOUBLERUN_DOCKER_NETWORK=n", "DOUBLERUN_SHARED_STACK=1"}, got)
 	got = sharedEnv([]string{"HOME=/root"}, stackEnv)
 	require.NotContains(t, got, "DOUBLERUN_PROVIDER=external", "auto stays auto for the tests' own stacks")
+}
+
+// Every warm-up command runs, one after the other, before the channel
+// closes: the replica programs' build follows the tests' compile.
+func TestWarmUpRunsEachInTurn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first"), filepath.Join(dir, "second")
+	<-warmUp(context.Background(), [][]string{{"touch", first}, {}, {"cp", first, second}})
+	require.FileExists(t, second, "the second command ran after the first")
 }
