@@ -197,14 +197,16 @@ func mustJSON(t *testing.T, v any) []byte {
 
 // Replicas that ignore SIGTERM are killed at the one deadline the grace
 // period sets, every one of them (a deadline that fired for the first
-// alone left the second running until its own end), and the run ends
-// within the grace and a second: the kills, the history's load and the
-// report took 0.26 to 0.38 s past the grace in four runs at load average
-// 24. (Both replicas say they lead, so the verdict is a double-run; it is
-// beside the point here.)
+// alone left the second running until its own end; one per replica would
+// kill the second a whole grace later), and the run ends within half a
+// grace more: the kills, their events, the history's load and the report
+// took 0.26 to 0.38 s past the grace in four runs at load average 24, and
+// 1.07 s beside two CPU hogs and make test's other packages, where a
+// bound of one second failed. (Both replicas say they lead, so the
+// verdict is a double-run; it is beside the point here.)
 func TestStopKillsEveryReplicaAtOneDeadline(t *testing.T) {
 	t.Parallel()
-	const grace = 2 * time.Second
+	const grace = 4 * time.Second
 	c := ReplicaCommand{Command: []string{"sh", "-c", `trap "" TERM; while true; do echo "became leader"; sleep 0.2; done`},
 		Log: &LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
 	sc := Scenario{Name: "ignores-sigterm", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
@@ -219,7 +221,7 @@ func TestStopKillsEveryReplicaAtOneDeadline(t *testing.T) {
 		case oracle.EventMeasureEnd:
 			end = e.At
 		case oracle.EventReplicaKilled:
-			require.Equal(t, "did not stop within 2s", e.Detail)
+			require.Equal(t, "did not stop within 4s", e.Detail)
 			killed[e.Replica] = e.At
 		}
 	}
@@ -227,12 +229,12 @@ func TestStopKillsEveryReplicaAtOneDeadline(t *testing.T) {
 	require.Len(t, killed, 2, "both replicas were killed: %v", rep.History.Events)
 	for id, at := range killed {
 		require.GreaterOrEqual(t, at.Sub(end), grace, "%s was killed before its grace ended", id)
-		require.Less(t, at.Sub(end), grace+time.Second, "%s was killed late", id)
+		require.Less(t, at.Sub(end), grace+grace/2, "%s was killed late", id)
 	}
 	// The oracle's clock is this machine's: the native provider, or a
 	// container on it.
 	t.Logf("killed %s after the measurement's end, run returned after %s", killedAfter(killed, end), returned.Sub(end))
-	require.Less(t, returned.Sub(end), grace+time.Second, "the run ended %s after the measurement", returned.Sub(end))
+	require.Less(t, returned.Sub(end), grace+grace/2, "the run ended %s after the measurement", returned.Sub(end))
 }
 
 // killedAfter is how long after end each replica was killed.

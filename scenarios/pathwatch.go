@@ -38,7 +38,11 @@ type pathWatch struct {
 	conn     *pgxpool.Pool
 	apps     map[string]string // application_name -> replica
 	bouncers []string          // the admin DSNs of the run's bouncers
-	admins   map[string]*pgbouncer.Admin
+	// direct says the lease or the work endpoint is Postgres itself, so
+	// that a replica's own backends arrive from the runner's proxies
+	// rather than from a bouncer.
+	direct bool
+	admins map[string]*pgbouncer.Admin
 
 	seen    []oracle.Backend
 	settled map[string]bool // by pathKey
@@ -62,6 +66,7 @@ func newPathWatch(r *run) *pathWatch {
 		p.apps[appName(id)] = id
 	}
 	for _, ep := range []string{r.leaseEP.AdminDSN, r.workEP.AdminDSN} {
+		p.direct = p.direct || ep == ""
 		if ep != "" && !strings.Contains(strings.Join(p.bouncers, " "), ep) {
 			p.bouncers = append(p.bouncers, ep)
 		}
@@ -111,7 +116,7 @@ func (p *pathWatch) sample(ctx context.Context) {
 	served, clients := p.bouncer(ctx, b0(fresh))
 	own := ownSockets()
 	for _, b := range fresh {
-		b.Via = classify(b, served, own)
+		b.Via = classify(b, served, own, p.direct)
 		p.settle(b)
 	}
 	// A bouncer's clients: behind a shared pool a replica's own backend
@@ -172,8 +177,10 @@ func (p *pathWatch) flush() {
 
 // classify says by which path backend b arrived: a server connection of
 // a bouncer of the run (served, by backend PID), a socket of the
-// runner's own proxies (own, by address), or around them.
-func classify(b oracle.Backend, served map[int32]bool, own map[string]bool) string {
+// runner's own proxies (own, by address), or around them. direct says
+// some of the replica's own traffic reaches Postgres from the runner's
+// proxies, not from a bouncer.
+func classify(b oracle.Backend, served map[int32]bool, own map[string]bool, direct bool) string {
 	switch {
 	case served[b.PID]:
 		return oracle.ViaPgBouncer
@@ -181,8 +188,12 @@ func classify(b oracle.Backend, served map[int32]bool, own map[string]bool) stri
 		return oracle.ViaProxy
 	}
 	host, _, err := net.SplitHostPort(b.Client)
-	if ip := net.ParseIP(host); err == nil && ip != nil && !ip.IsLoopback() {
-		// Behind a container's port proxy every client is the proxy's.
+	if ip := net.ParseIP(host); direct && err == nil && ip != nil && !ip.IsLoopback() {
+		// Behind a container's port proxy every client is the proxy's,
+		// the runner's proxies' too: there is no telling them apart.
+		// Where every endpoint is a bouncer, a backend none of them
+		// serves came around them, wherever it came from. Caught by
+		// TestClassify/AroundTheBouncersBehindAPortProxy.
 		return oracle.ViaUnverified
 	}
 	return oracle.ViaOther

@@ -232,6 +232,7 @@ func (r *run) stopReplicas(ctx context.Context) {
 	// TestRunInterruptedDuringTheGracePeriod.
 	deadline, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
+	var left []*replica
 	for _, rp := range reps {
 		select {
 		case <-rp.done:
@@ -240,19 +241,29 @@ func (r *run) stopReplicas(ctx context.Context) {
 		}
 		select {
 		case <-rp.done:
-			continue
 		default:
+			left = append(left, rp)
 		}
-		why := fmt.Sprintf("did not stop within %s", grace)
-		if ctx.Err() != nil {
-			why = "the run was interrupted before it stopped"
-		}
+	}
+	why := fmt.Sprintf("did not stop within %s", grace)
+	if ctx.Err() != nil {
+		why = "the run was interrupted before it stopped"
+	}
+	// Every group still running is killed at the deadline before any is
+	// waited for: a command's exit takes up to a second more (its log is
+	// drained, its group checked for what it left behind), which would
+	// push the next replica's kill past the deadline.
+	for _, rp := range left {
+		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	for _, rp := range left {
 		// Killed, then logged: every record the replica made comes before
 		// its death in the history, which doublerun check relies on.
-		_ = syscall.Kill(-rp.cmd.Process.Pid, syscall.SIGKILL)
 		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_, _ = oracle.LogEvent(ectx, r.conn, oracle.EventReplicaKilled, rp.id, why)
 		ecancel()
+	}
+	for _, rp := range left {
 		<-rp.done
 	}
 }
