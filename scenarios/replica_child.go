@@ -221,7 +221,17 @@ func leaderWork(spec replicaSpec, l lease.Lease, rec workRecorder, pool *pgxpool
 		if p, ok := l.(interface{ BackendPID() int32 }); ok {
 			pid = p.BackendPID()
 		}
-		id, err := rec.Begin(ctx, term.Token, pid)
+		// A piece begins only inside the term's trust, but once its row is
+		// asked for, the answer is awaited past the term: a Begin whose
+		// INSERT landed and whose answer the cycle's deadline cut off left
+		// a piece nobody ended, open until the run's end (a 20 s false
+		// double-run in a PGBOUNCER_RECONNECT run beside two CPU hogs).
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		id, err := rec.Begin(bctx, term.Token, pid)
+		bcancel()
 		if err != nil {
 			return err
 		}
