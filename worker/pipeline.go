@@ -91,11 +91,7 @@ func (w *Worker) work(loopCtx, ctx context.Context, term lease.Term) (more bool,
 		w.pipe = w.newPipeline(loopCtx, term)
 	}
 	p := w.pipe
-	now := w.now()
-	until := now.Add(w.config.PollInterval)
-	if d, ok := ctx.Deadline(); ok {
-		until = minTime(until, now.Add(d.Sub(now)/2))
-	}
+	until := claimUntil(ctx, w.now(), w.config.PollInterval)
 	limit := w.config.BatchSize
 	for {
 		if err := p.failed(); err != nil {
@@ -130,6 +126,19 @@ func (w *Worker) work(loopCtx, ctx context.Context, term lease.Term) (more bool,
 			return true, nil
 		}
 	}
+}
+
+// claimUntil is when a leader's cycle that began at now stops claiming
+// and asks the lease again: poll after now, or halfway to ctx's deadline
+// (the end of the lease's answer) when that is sooner. The half left over
+// is a late batch's time to finish before the answer runs out. Caught by
+// TestClaimUntil.
+func claimUntil(ctx context.Context, now time.Time, poll time.Duration) time.Time {
+	until := now.Add(poll)
+	if d, ok := ctx.Deadline(); ok {
+		until = minTime(until, now.Add(d.Sub(now)/2))
+	}
+	return until
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -321,3 +321,22 @@ func TestPipeline(t *testing.T) {
 		})
 	})
 }
+
+// A cycle claims until PollInterval has passed or half the lease's answer
+// is used up, whichever comes first: the other half is the last batch's
+// time to finish before the answer runs out.
+func TestClaimUntil(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), now.Add(d))
+		t.Cleanup(cancel)
+		return ctx
+	}
+	require.Equal(t, now.Add(10*time.Second), claimUntil(context.Background(), now, 10*time.Second),
+		"no deadline: the poll interval alone")
+	require.Equal(t, now.Add(time.Second), claimUntil(at(6*time.Second), now, time.Second),
+		"the poll interval when it ends first")
+	require.Equal(t, now.Add(2*time.Second), claimUntil(at(4*time.Second), now, 10*time.Second),
+		"halfway to the deadline when that comes first")
+}
