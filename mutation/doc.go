@@ -111,7 +111,7 @@
 // unmutated to measure its clean time in this run, with the same flags and
 // stack, then the mutant, applied with gremlins' own token table
 // ([ApplyMutant]) through go test -overlay, is built and run bounded by
-// three times that. Its tests failing make it KILLED, passing LIVED, and
+// three times that, and at least [MinRerunBound]. Its tests failing make it KILLED, passing LIVED, and
 // running to the bound again KILLED by its own endless loop; a mutant that
 // does not build is NOT VIABLE. Only the test run is timed, never the
 // build. A named guard that times out is re-run alone the same way,

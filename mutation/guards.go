@@ -168,12 +168,12 @@ func RunGuards(ctx context.Context, guards []Guard, opts GuardOptions) ([]GuardR
 }
 
 // rerun runs a guard that timed out again alone, with its mutant's
-// overlay, bounded by RerunFactor times its tests' unmutated run, and
+// overlay, bounded by RerunFactor times its tests' unmutated run (rerunBound), and
 // returns its verdict: KILLED (a test failed, or the mutant hung them
 // again: its own endless loop), SURVIVED, or what else that run found.
 func (r *runner) rerun(ctx context.Context, i int, g Guard, first GuardResult) GuardResult {
 	b := r.baseline(ctx, g)
-	bound := time.Duration(float64(b.took) * r.opts.RerunFactor)
+	bound := rerunBound(b.took, r.opts.RerunFactor)
 	ov := filepath.Join(r.dir, fmt.Sprintf("guard-%d", i), "overlay.json")
 	start := time.Now()
 	o, detail, out := r.goTest(ctx, g, ov, bound)
@@ -184,9 +184,9 @@ func (r *runner) rerun(ctx context.Context, i int, g Guard, first GuardResult) G
 		o, verdict = Killed, "KILLED by its own endless loop (timed out again alone)"
 	}
 	res.Outcome, res.Detail = o, detail
-	res.Rerun = fmt.Sprintf("TIMED_OUT beside the others (bound %s, after %s); alone: %s in %s, bound %s (%g × its tests' unmutated %s)",
+	res.Rerun = fmt.Sprintf("TIMED_OUT beside the others (bound %s, after %s); alone: %s in %s, %s",
 		r.opts.Timeout, first.Duration.Round(100*time.Millisecond), verdict, took.Round(100*time.Millisecond),
-		bound.Round(100*time.Millisecond), r.opts.RerunFactor, b.took.Round(100*time.Millisecond))
+		boundText(bound, b.took, r.opts.RerunFactor))
 	res.Duration += took
 	res.Seconds = res.Duration.Seconds()
 	res.Output = ""

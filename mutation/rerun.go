@@ -19,6 +19,15 @@ import (
 // timed-out mutant gets when it runs again alone.
 const DefaultRerunFactor = 3
 
+// MinRerunBound is the least time a re-run alone gets, whatever its
+// package's clean time: for a package whose tests take milliseconds,
+// three times that is less than a test binary's start-up jitter. Measured
+// on the mutation fixture (20 clean runs beside a make test, load 5): 4 to
+// 12 ms, so a 3x bound of 15 ms timed out a mutant that its tests miss and
+// called it KILLED. Five seconds is hundreds of times that spread, and
+// still ends a mutant whose loop never does.
+const MinRerunBound = 5 * time.Second
+
 // RerunOptions configure RerunTimedOut. Zero values take the defaults.
 type RerunOptions struct {
 	// Root is the module root; the mutant reaches go test through an
@@ -58,7 +67,8 @@ type Rerun struct {
 	// time times its timeout coefficient); 0 when its log did not say.
 	First time.Duration
 	// Clean is the package's unmutated test time in the same gate run,
-	// Bound the re-run's bound (Factor × Clean), Took what the re-run took;
+	// Bound the re-run's bound (Factor × Clean, at least MinRerunBound),
+	// Took what the re-run took;
 	// each is the test binary's run, compile excluded.
 	Clean, Bound, Took time.Duration
 	Factor             float64
@@ -74,9 +84,9 @@ func (r Rerun) String() string {
 	if r.EndlessLoop {
 		verdict = "KILLED by its own endless loop (timed out again alone)"
 	}
-	return fmt.Sprintf("%s:%d:%d:%s TIMED OUT in gremlins' run (%s); alone: %s in %s, bound %s (%g × clean %s): %s",
-		r.File, r.Line, r.Column, r.Mutator, first, verdict, r.Took.Round(100*time.Millisecond), r.Bound.Round(100*time.Millisecond),
-		r.Factor, r.Clean.Round(100*time.Millisecond), r.Detail)
+	return fmt.Sprintf("%s:%d:%d:%s TIMED OUT in gremlins' run (%s); alone: %s in %s, %s: %s",
+		r.File, r.Line, r.Column, r.Mutator, first, verdict, r.Took.Round(100*time.Millisecond),
+		boundText(r.Bound, r.Clean, r.Factor), r.Detail)
 }
 
 // gremlinsCoverageTime is the line gremlins v0.6.0 logs after its
@@ -95,6 +105,21 @@ func GremlinsBound(log string, coefficient int) time.Duration {
 		return 0
 	}
 	return d * time.Duration(coefficient)
+}
+
+// rerunBound is a re-run alone's bound: factor times clean, its tests'
+// unmutated time, and at least MinRerunBound. Caught by TestRerunBound.
+func rerunBound(clean time.Duration, factor float64) time.Duration {
+	return max(time.Duration(float64(clean)*factor), MinRerunBound)
+}
+
+// boundText says how a re-run's bound came about, for the gate's output.
+func boundText(bound, clean time.Duration, factor float64) string {
+	s := fmt.Sprintf("%g × clean %s", factor, clean.Round(100*time.Millisecond))
+	if bound > time.Duration(float64(clean)*factor) {
+		s = "the floor; " + s + " is less"
+	}
+	return "bound " + bound.Round(100*time.Millisecond).String() + " (" + s + ")"
 }
 
 // RerunTimedOut runs every TIMED OUT mutant of the report of package pkg
@@ -139,7 +164,7 @@ func RerunTimedOut(ctx context.Context, pkg string, r *Report, first time.Durati
 		return nil, fmt.Errorf("./%s: its tests fail unmutated, so no timed-out mutant can be judged: %s", pkg, lastLines(string(res.output), 5))
 	}
 	clean := res.took
-	bound := time.Duration(float64(clean) * o.Factor)
+	bound := rerunBound(clean, o.Factor)
 	var reruns []Rerun
 	for i, m := range todo {
 		rr := Rerun{File: path.Join(pkg, filepath.ToSlash(files[i])), Line: m.Line, Column: m.Column, Mutator: m.Type,

@@ -43,7 +43,8 @@ func TestRerunTimedOut(t *testing.T) {
 	for _, rr := range reruns {
 		require.Positive(t, rr.Clean)
 		require.Equal(t, rr.Clean, reruns[0].Clean, "one clean run per package")
-		require.Equal(t, time.Duration(3*float64(rr.Clean)), rr.Bound)
+		require.Equal(t, max(time.Duration(3*float64(rr.Clean)), MinRerunBound), rr.Bound,
+			"three times the clean time, and never less than the start-up jitter's floor")
 		require.Equal(t, "clamp/clamp.go", rr.File)
 		require.Equal(t, 7*time.Second, rr.First)
 	}
@@ -125,4 +126,15 @@ func TestGremlinsBound(t *testing.T) {
 	require.Equal(t, 62500*time.Millisecond, GremlinsBound(log, 5))
 	require.Zero(t, GremlinsBound("no such line", 5))
 	require.Zero(t, GremlinsBound("done in forever", 5))
+}
+
+// A re-run's bound is three times its clean time, and never less than
+// MinRerunBound: a package whose tests take milliseconds would otherwise
+// time out on a test binary's start-up.
+func TestRerunBound(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 30*time.Second, rerunBound(10*time.Second, 3))
+	require.Equal(t, MinRerunBound, rerunBound(5*time.Millisecond, 3))
+	require.Equal(t, "bound 30s (3 × clean 10s)", boundText(30*time.Second, 10*time.Second, 3))
+	require.Equal(t, "bound 5s (the floor; 3 × clean 0s is less)", boundText(MinRerunBound, 5*time.Millisecond, 3))
 }

@@ -45,7 +45,7 @@ ci      the gate of every submission (make mutation-ci): gremlins on every
         LIVED mutant fails unless testdata/mutation/equivalents.json
         lists it. Percentages are printed, never compared. A TIMED OUT
         mutant or guard is run again alone, bounded by three times its
-        package's clean test time in the same run, and judged by that
+        package's clean test time in the same run (5 s at least), and judged by that
         run; the output names each with both times. A change whose own
         mutants (on changed lines outside the shard) would take longer
         than --budget fails at once: run make mutation and commit its
