@@ -115,7 +115,7 @@
 // running to the bound again KILLED by its own endless loop; a mutant that
 // does not build is NOT VIABLE. Only the test run is timed, never the
 // build. A named guard that times out is re-run alone the same way,
-// bounded by three times its tests' unmutated run. The gate's output
+// bounded by three times its tests' unmutated run, with the same floor. The gate's output
 // names every mutant and guard classified so, with both runs' times.
 //
 // # The record
