@@ -187,7 +187,9 @@ func TestEquivalents(t *testing.T) {
 	require.False(t, eq.Has("lease/a.go", 2, 8, "CONDITIONALS_NEGATION"))
 	require.False(t, eq.Has("lease/a.go", 3, 8, "CONDITIONALS_BOUNDARY"))
 	require.False(t, eq.Has("lease/b.go", 2, 8, "CONDITIONALS_BOUNDARY"))
-	require.Empty(t, eq.Stale(root))
+	located, problems := eq.Locate(root)
+	require.Empty(t, problems)
+	require.Equal(t, eq, located)
 
 	// With a column, only that mutant of the line; the same line may be
 	// listed once per column.
@@ -204,10 +206,36 @@ func TestEquivalents(t *testing.T) {
 	_, err = ReadEquivalents(f)
 	require.ErrorContains(t, err, "lease/a.go:2:8:CONDITIONALS_BOUNDARY is listed twice")
 
+	// A line that moved unchanged takes its entry along, as a recorded
+	// mutant's does: the entry excuses the mutant on its new line only.
 	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("new\na\n  if x < 0 {\nb\n"), 0o644))
-	require.Equal(t, []string{`equivalent lease/a.go:2:CONDITIONALS_BOUNDARY: line 2 no longer reads "if x < 0 {"; it is now on line 3; update the entry`}, eq.Stale(root))
+	located, problems = eq.Locate(root)
+	require.Empty(t, problems)
+	require.True(t, located.Has("lease/a.go", 3, 8, "CONDITIONALS_BOUNDARY"))
+	require.False(t, located.Has("lease/a.go", 2, 8, "CONDITIONALS_BOUNDARY"))
+	require.Equal(t, 2, eq[0].Line, "the entries read are left as they were")
+
+	// Code on several lines but not the entry's: which one is meant is
+	// not known, so it excuses none.
+	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("new\na\n  if x < 0 {\nif x < 0 {\n"), 0o644))
+	located, problems = eq.Locate(root)
+	require.Empty(t, located)
+	require.Equal(t, []string{`equivalent lease/a.go:2:CONDITIONALS_BOUNDARY: line 2 no longer reads "if x < 0 {"; lines [3 4] do; set the entry's line to the one meant`}, problems)
+
+	// On the entry's own line it stays there, whatever else reads the same.
+	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("a\n  if x < 0 {\nif x < 0 {\n"), 0o644))
+	located, problems = eq.Locate(root)
+	require.Empty(t, problems)
+	require.True(t, located.Has("lease/a.go", 2, 8, "CONDITIONALS_BOUNDARY"))
+
 	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "a.go"), []byte("a\n"), 0o644))
-	require.Equal(t, []string{`equivalent lease/a.go:2:CONDITIONALS_BOUNDARY: line 2 no longer reads "if x < 0 {"; the code is gone; remove the entry`}, eq.Stale(root))
+	located, problems = eq.Locate(root)
+	require.Empty(t, located)
+	require.Equal(t, []string{`equivalent lease/a.go:2:CONDITIONALS_BOUNDARY: line 2 no longer reads "if x < 0 {" and no line of the file does; the code is gone, remove the entry`}, problems)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "lease", "b.go"), nil, 0o644))
+	_, problems = Equivalents{{File: "lease/c.go", Line: 1, Mutator: "CONDITIONALS_BOUNDARY", Code: "x", Why: "w"}}.Locate(root)
+	require.Len(t, problems, 1)
+	require.Contains(t, problems[0], "remove or update the entry")
 
 	for _, bad := range []string{
 		`{"equivalents":[{"file":"lease/a.go","line":2,"mutator":"SWAP","code":"c","why":"w"}]}`,

@@ -27,8 +27,8 @@ type Equivalent struct {
 	// `i < n && d < max`), so that listing one does not excuse the other.
 	Column int `json:"column,omitempty"`
 	// Code is the line's text without surrounding blanks. When the code
-	// moves, the entry no longer matches its line and the gate says where
-	// the text went.
+	// moves unchanged, [Equivalents.Locate] follows it; when it changes or
+	// goes, the entry excuses nothing and the gate says so.
 	Code string `json:"code"`
 	// Why says why the mutant is equivalent, or which guard covers it.
 	Why string `json:"why"`
@@ -88,20 +88,26 @@ func (eq Equivalents) Has(file string, line, column int, mutator string) bool {
 	return false
 }
 
-// Stale checks every entry against the source under root and returns one
-// line per entry whose line no longer reads its code, saying where that
-// text is now when it is on one line only. A stale entry excuses nothing
-// it was meant for, so the gate lists these with its failures.
-func (eq Equivalents) Stale(root string) []string {
-	var out []string
+// Locate follows each entry to its code under root, as the record follows
+// a mutant: an entry whose line still reads its code stays, and one whose
+// code moved without changing, to one line of its file, is moved there.
+// It returns the entries as located, and one line per entry that locates
+// nothing (its code is gone, or it moved to several lines and which one
+// is meant is not known). Such an entry excuses nothing, so the gate lists
+// these with its failures. A moved entry needs no edit: a line inserted
+// above an equivalent changes no verdict.
+func (eq Equivalents) Locate(root string) (Equivalents, []string) {
+	located := make(Equivalents, 0, len(eq))
+	var problems []string
 	for _, e := range eq {
 		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(e.File)))
 		if err != nil {
-			out = append(out, fmt.Sprintf("equivalent %s: %v; remove or update the entry", e.key(), err))
+			problems = append(problems, fmt.Sprintf("equivalent %s: %v; remove or update the entry", e.key(), err))
 			continue
 		}
 		lines := strings.Split(string(data), "\n")
 		if e.Line <= len(lines) && strings.TrimSpace(lines[e.Line-1]) == e.Code {
+			located = append(located, e)
 			continue
 		}
 		var at []int
@@ -110,14 +116,15 @@ func (eq Equivalents) Stale(root string) []string {
 				at = append(at, i+1)
 			}
 		}
-		hint := "the code is gone; remove the entry"
-		switch {
-		case len(at) == 1:
-			hint = fmt.Sprintf("it is now on line %d; update the entry", at[0])
-		case len(at) > 1:
-			hint = fmt.Sprintf("it is on lines %v; update the entry", at)
+		switch len(at) {
+		case 0:
+			problems = append(problems, fmt.Sprintf("equivalent %s: line %d no longer reads %q and no line of the file does; the code is gone, remove the entry", e.key(), e.Line, e.Code))
+		case 1:
+			e.Line = at[0]
+			located = append(located, e)
+		default:
+			problems = append(problems, fmt.Sprintf("equivalent %s: line %d no longer reads %q; lines %v do; set the entry's line to the one meant", e.key(), e.Line, e.Code, at))
 		}
-		out = append(out, fmt.Sprintf("equivalent %s: line %d no longer reads %q; %s", e.key(), e.Line, e.Code, hint))
 	}
-	return out
+	return located, problems
 }

@@ -355,10 +355,12 @@ type gateRequest struct {
 // baseline or writes the record as asked.
 func gateReports(ctx context.Context, e *env, prs []mutation.PackageReport, req gateRequest) error {
 	opts := req.opts
-	res := mutation.Gate(prs, opts)
+	var stale []string
 	if opts.Strict {
-		res.Failures = append(res.Failures, opts.Equivalents.Stale(req.root)...)
+		opts.Equivalents, stale = opts.Equivalents.Locate(req.root)
 	}
+	res := mutation.Gate(prs, opts)
+	res.Failures = append(res.Failures, stale...)
 	printGate(e, res, opts)
 	if len(res.Failures) > 0 {
 		more := ""

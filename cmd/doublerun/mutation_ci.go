@@ -91,7 +91,8 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if stale := eq.Stale(root); len(stale) > 0 {
+	eq, stale := eq.Locate(root)
+	if len(stale) > 0 {
 		for _, s := range stale[1:] {
 			fmt.Fprintln(e.stdout, "FAIL "+s)
 		}
@@ -482,6 +483,7 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	eq, stale := eq.Locate(root)
 	// Every mutant is compared with the record's, as in the gate of a
 	// submission; a first run, with no record, fails only on what lives.
 	rec, err := mutation.ReadRecord(*recordFile)
@@ -505,7 +507,7 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 	}
 	run := mutation.CIRun{Packages: cps, Results: mutation.JudgeCI(cps, rec, eq)}
 	failures := printCI(e, run, 0, *shards)
-	failures = append(failures, eq.Stale(root)...)
+	failures = append(failures, stale...)
 	if len(failures) > 0 {
 		for _, f := range failures {
 			fmt.Fprintln(e.stdout, "FAIL "+f)
