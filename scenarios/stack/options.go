@@ -80,6 +80,10 @@ type Options struct {
 
 	// lookupEnv lets tests supply the environment; default os.LookupEnv.
 	lookupEnv func(string) (string, bool)
+	// dockerBridge puts a docker stack on a private network with published
+	// ports even where its containers could share the host's network, as
+	// on engines that cannot (Docker Desktop), so tests cover that path.
+	dockerBridge bool
 	// versionSet is Versions resolved; versionsAsked says whether the
 	// caller or the environment named it.
 	versionSet    VersionSet
