@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // SummaryHTMLFile is the page beside summary.md that shows the matrix as
@@ -78,7 +78,7 @@ table.grid{border-collapse:collapse;margin-bottom:1.5em}
 		type column struct{ strategy, topology string }
 		var cols []column
 		byKey := map[string]report.Result{}
-		strategies := scenarios.StrategyNames()
+		strategies := strategy.Names()
 		for _, c := range group {
 			col := column{c.Scenario.Strategy, c.Scenario.Topology.String()}
 			if !slices.Contains(cols, col) {

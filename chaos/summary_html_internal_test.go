@@ -19,6 +19,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // htmlCell is a result for the page's tests: a run of two (or three)
@@ -48,11 +49,11 @@ func htmlCell(strategy string, kind scenarios.TopologyKind, f string, replicas i
 
 func htmlCells() []report.Result {
 	return []report.Result{
-		htmlCell(scenarios.StrategyAdvisory, scenarios.Direct, fault.None, 2, true, false, nil),
-		htmlCell(scenarios.StrategyAdvisory, scenarios.Transaction, fault.None, 2, false, true, nil),
-		htmlCell(scenarios.StrategyAdvisory, scenarios.Pinned, fault.KillLeader.Name(), 2, true, false, nil),
-		htmlCell(scenarios.StrategyFenced, scenarios.Transaction, fault.FreezeLeader.Name(), 3, true, true, nil),
-		htmlCell(scenarios.StrategyFenced, scenarios.Direct, fault.KillLeader.Name(), 2, false, false, errors.New("replica r2 failed")),
+		htmlCell(strategy.Advisory, scenarios.Direct, fault.None, 2, true, false, nil),
+		htmlCell(strategy.Advisory, scenarios.Transaction, fault.None, 2, false, true, nil),
+		htmlCell(strategy.Advisory, scenarios.Pinned, fault.KillLeader.Name(), 2, true, false, nil),
+		htmlCell(strategy.Fenced, scenarios.Transaction, fault.FreezeLeader.Name(), 3, true, true, nil),
+		htmlCell(strategy.Fenced, scenarios.Direct, fault.KillLeader.Name(), 2, false, false, errors.New("replica r2 failed")),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // envTestCommandStrategy makes this test binary, started as a replica
@@ -64,7 +65,7 @@ func TestJudgeSilentReplicaIsNotSafe(t *testing.T) {
 // line naming the field and the fix.
 func TestReplicaCommandValidate(t *testing.T) {
 	t.Parallel()
-	base := Scenario{Name: "x", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}
+	base := Scenario{Name: "x", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}
 	for _, tc := range []struct {
 		name    string
 		replica ReplicaCommand
@@ -100,7 +101,7 @@ func TestReplicaCommandValidate(t *testing.T) {
 // and the fix, and leave nothing running.
 func TestCommandReplicaBadInput(t *testing.T) {
 	t.Parallel()
-	sc := Scenario{Name: "bad-command", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Duration: 2 * time.Second}
+	sc := Scenario{Name: "bad-command", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Duration: 2 * time.Second}
 	with := func(c ReplicaCommand) Scenario {
 		s := sc
 		s.Replica = &c
@@ -162,7 +163,7 @@ func TestCommandReplicaLeavesNothingRunning(t *testing.T) {
 	c := ReplicaCommand{Command: []string{"sh", "-c", `(trap "" TERM; exec sleep 600) &
 while true; do echo "became leader"; sleep 0.3; done`},
 		Log: &LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
-	sc := Scenario{Name: "left-behind", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+	sc := Scenario{Name: "left-behind", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		Duration: time.Second, Replicas: 1, Replica: &c}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
@@ -177,7 +178,7 @@ func TestBuiltInLeaseThroughTheCommand(t *testing.T) {
 	t.Parallel()
 	sc := Issue556
 	sc.Duration = 3 * time.Second
-	sc.Replica = &ReplicaCommand{Command: []string{os.Args[0], "-test.run=^$"}, Env: map[string]string{envTestCommandStrategy: StrategyAdvisory}}
+	sc.Replica = &ReplicaCommand{Command: []string{os.Args[0], "-test.run=^$"}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
@@ -209,7 +210,7 @@ func TestStopKillsEveryReplicaAtOneDeadline(t *testing.T) {
 	const grace = 4 * time.Second
 	c := ReplicaCommand{Command: []string{"sh", "-c", `trap "" TERM; while true; do echo "became leader"; sleep 0.2; done`},
 		Log: &LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
-	sc := Scenario{Name: "ignores-sigterm", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+	sc := Scenario{Name: "ignores-sigterm", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		Duration: time.Second, Replicas: 2, Replica: &c}
 	rep, err := runCommand(t, sc, WithStopGrace(RunOptions{}, grace))
 	returned := time.Now()

@@ -5,12 +5,12 @@
 //
 // # A scenario is data
 //
-// A [Scenario] names a strategy ([StrategyAdvisory],
-// [StrategyAdvisoryUnguarded], [StrategyAdvisoryWait], [StrategyFenced],
-// [StrategyFencedWait], or one registered with [RegisterStrategy]), a topology, the number of replicas, timings, a fault
+// A [Scenario] names a strategy (package scenarios/strategy: advisory,
+// advisory-unguarded, advisory-wait, fenced, fenced-wait, or one
+// registered with strategy.Register), a topology, the number of replicas, timings, a fault
 // of the catalog (package scenarios/fault) and an expectation. [Catalog]
 // holds the built-in ones; [Issue556] and its fixes are the regression
-// scenarios for the known limitation. A [Strategy] says what its lease is
+// scenarios for the known limitation. A strategy.Strategy says what its lease is
 // (ReportsBackendPID, AdvisoryLock), and [Scenario.FaultSetting] hands
 // that, with the topology's shape and the timings, to the fault catalog as
 // data: the catalog never imports this package.

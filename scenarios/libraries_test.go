@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // buildReplica builds the replica program in testdata/replicas/<name> as
@@ -63,7 +64,7 @@ func TestRiverReplica(t *testing.T) {
 	bin := buildReplica(t, "river")
 	sc := Issue556Pinned
 	sc.Name = "river-poll-only-pinned"
-	sc.Strategy = StrategyFenced
+	sc.Strategy = strategy.Fenced
 	sc.Expect = ExpectSafe
 	sc.Duration = 4 * time.Second
 	sc.Replica = &ReplicaCommand{Command: []string{bin, "--poll-only"}}

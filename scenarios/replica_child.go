@@ -20,6 +20,7 @@ import (
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 	"github.com/doublerun/doublerun/worker"
 )
 
@@ -47,11 +48,11 @@ type replicaSpec struct {
 // MaybeRunReplica runs this process as a scenario replica, and exits, when
 // a runner started it as one; otherwise it returns at once. Replicas are
 // the running binary started again, so call it first in main, or in the
-// TestMain of a package that runs scenarios (after RegisterStrategy for a
+// TestMain of a package that runs scenarios (after strategy.Register for a
 // lease of your own):
 //
 //	func TestMain(m *testing.M) {
-//		scenarios.RegisterStrategy("mine", scenarios.Strategy{New: newMyLease})
+//		strategy.Register("mine", strategy.Strategy{New: newMyLease})
 //		scenarios.MaybeRunReplica()
 //		os.Exit(m.Run())
 //	}
@@ -96,11 +97,11 @@ func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error 
 // `doublerun replica`.
 func leadAndWork(ctx context.Context, spec replicaSpec, rec workRecorder, log *slog.Logger) error {
 	defer rec.Close()
-	strategy, ok := lookupStrategy(spec.Strategy)
+	st, ok := strategy.Lookup(spec.Strategy)
 	if !ok {
 		return fmt.Errorf("strategy %q is not registered in this binary; register it before MaybeRunReplica", spec.Strategy)
 	}
-	l, err := strategy.New(ctx, LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, PollInterval: spec.PollInterval, Logger: log,
+	l, err := st.New(ctx, strategy.LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, PollInterval: spec.PollInterval, Logger: log,
 		ApplicationName: spec.AppName})
 	if err != nil {
 		return fmt.Errorf("build lease: %w", err)
@@ -136,7 +137,7 @@ func leadAndWork(ctx context.Context, spec replicaSpec, rec workRecorder, log *s
 		return err
 	}
 	_ = rec.Event(ctx, oracle.EventReplicaStarted, fmt.Sprintf("pid %d", os.Getpid()))
-	claims := newClaimer(l, strategy, rec)
+	claims := newClaimer(l, st, rec)
 	claims.watch(ctx)
 	w.Stop()
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -161,7 +162,7 @@ type claimer struct {
 	last int32
 }
 
-func newClaimer(l lease.Lease, s Strategy, rec workRecorder) *claimer {
+func newClaimer(l lease.Lease, s strategy.Strategy, rec workRecorder) *claimer {
 	c := &claimer{rec: rec}
 	if p, ok := l.(interface{ BackendPID() int32 }); ok {
 		c.pid = p.BackendPID

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // workRecorder is where a replica reports its leader work: the oracle's
@@ -103,15 +105,15 @@ func (r *sqlRecorder) SideEffect(ctx context.Context, tx oracle.Execer, token in
 // replica --strategy NAME` runs, so that a scenario whose replica is that
 // command measures the built-in lease through the command path. It returns
 // when SIGTERM or an interrupt stops it, or ctx ends.
-func RunCommandReplica(ctx context.Context, strategy string, getenv func(string) string) error {
-	if _, ok := lookupStrategy(strategy); !ok {
-		return fmt.Errorf("unknown strategy %q; valid: %s", strategy, joinNames(StrategyNames()))
+func RunCommandReplica(ctx context.Context, name string, getenv func(string) string) error {
+	if _, ok := strategy.Lookup(name); !ok {
+		return fmt.Errorf("unknown strategy %q; valid: %s", name, strings.Join(strategy.Names(), ", "))
 	}
 	spec, err := specFromEnv(getenv)
 	if err != nil {
 		return err
 	}
-	spec.Strategy = strategy
+	spec.Strategy = name
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", spec.Replica)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -120,15 +122,4 @@ func RunCommandReplica(ctx context.Context, strategy string, getenv func(string)
 		return err
 	}
 	return leadAndWork(ctx, spec, rec, log)
-}
-
-func joinNames(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
-	}
-	return out
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // RunOptions configure Run.
@@ -487,15 +488,15 @@ func (r *run) connectOracle(ctx context.Context) error {
 		if err := oracle.Migrate(ctx, c.Conn()); err != nil {
 			return err
 		}
-		strategy, _ := lookupStrategy(r.sc.Strategy)
-		if strategy.Setup != nil {
-			if err := strategy.Setup(ctx, c.Conn()); err != nil {
+		st, _ := strategy.Lookup(r.sc.Strategy)
+		if st.Setup != nil {
+			if err := st.Setup(ctx, c.Conn()); err != nil {
 				return fmt.Errorf("strategy %s setup: %w", r.sc.Strategy, err)
 			}
 		}
 		// Caught by TestReportFilesRoundTrip.
-		if strategy.TokenTable != "" {
-			return oracle.RecordTokens(ctx, c.Conn(), strategy.TokenTable)
+		if st.TokenTable != "" {
+			return oracle.RecordTokens(ctx, c.Conn(), st.TokenTable)
 		}
 		return nil
 	})

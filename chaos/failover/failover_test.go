@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/chaos/failover"
-	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 func TestSummarize(t *testing.T) {
@@ -83,7 +83,7 @@ func TestRunMeasuresEveryFault(t *testing.T) {
 	cells, err := failover.Run(ctx, failover.Config{
 		Admin:      db.Postgres.DSN,
 		Endpoints:  []failover.Endpoint{{Name: "direct", DSN: db.Postgres.DSN}},
-		Strategies: []string{scenarios.StrategyAdvisoryWait, scenarios.StrategyAdvisory},
+		Strategies: []string{strategy.AdvisoryWait, strategy.Advisory},
 		Trials:     2,
 		Progress:   func(done, total int, c failover.Result) { progress = append(progress, c.Line()) },
 	})
@@ -93,7 +93,7 @@ func TestRunMeasuresEveryFault(t *testing.T) {
 	for _, c := range cells {
 		require.Equal(t, 2, c.Stats.N, c.Line())
 		require.Positive(t, c.Stats.P50, c.Line())
-		if c.Strategy == scenarios.StrategyAdvisoryWait && c.Fault != fault.TerminateLeaderBackend.Name() {
+		if c.Strategy == strategy.AdvisoryWait && c.Fault != fault.TerminateLeaderBackend.Name() {
 			// The server hands the lease to the survivor waiting in
 			// pg_advisory_lock: its new term comes from a call already
 			// under way at the fault, not from a later poll. (A bound
@@ -118,7 +118,7 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	_, err := failover.Run(ctx, failover.Config{
 		Admin:      db.Postgres.DSN,
 		Endpoints:  []failover.Endpoint{{Name: "direct", DSN: db.Postgres.DSN}},
-		Strategies: []string{scenarios.StrategyFenced},
+		Strategies: []string{strategy.Fenced},
 		Faults:     []string{fault.KillLeader.Name()},
 	})
 	require.ErrorIs(t, err, context.Canceled)

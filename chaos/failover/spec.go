@@ -9,16 +9,16 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/lease"
-	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // Strategies are the strategies a failover is measured for, named as
-// package scenarios names them, in table order: lease.Advisory polled
-// with TryAcquire (scenarios.StrategyAdvisory), lease.Advisory with Wait
-// called through Acquire (StrategyAdvisoryWait), lease.Fenced polled
-// (StrategyFenced), and lease.Fenced with Wait called through Acquire
-// (StrategyFencedWait).
-var Strategies = []string{scenarios.StrategyAdvisory, scenarios.StrategyAdvisoryWait, scenarios.StrategyFenced, scenarios.StrategyFencedWait}
+// package scenarios/strategy names them, in table order: lease.Advisory polled
+// with TryAcquire (strategy.Advisory), lease.Advisory with Wait
+// called through Acquire (strategy.AdvisoryWait), lease.Fenced polled
+// (strategy.Fenced), and lease.Fenced with Wait called through Acquire
+// (strategy.FencedWait).
+var Strategies = []string{strategy.Advisory, strategy.AdvisoryWait, strategy.Fenced, strategy.FencedWait}
 
 // Spec is one replica's lease, in a form that can be handed to a child
 // process as JSON.
@@ -65,12 +65,12 @@ func CheckStrategy(name string) error {
 // in package lease measures #556 there; a waiting one is refused there.
 func NewLease(ctx context.Context, s Spec, log *slog.Logger) (lease.Lease, error) {
 	switch strings.TrimSuffix(s.Strategy, "-wait") {
-	case scenarios.StrategyAdvisory:
+	case strategy.Advisory:
 		return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
 			DSN: s.DSN, Name: s.Name, Holder: s.Holder, Key2: s.Key, ApplicationName: s.AppName(),
 			AllowTransactionPooling: !s.Waits(), Wait: s.Waits(), Logger: log,
 		})
-	case scenarios.StrategyFenced:
+	case strategy.Fenced:
 		return lease.NewFenced(ctx, lease.FencedConfig{
 			DSN: s.DSN, Name: s.Name, Holder: s.Holder, ApplicationName: s.AppName(), TTL: s.TTL,
 			Wait: s.Waits(), Logger: log,

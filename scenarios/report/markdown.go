@@ -84,7 +84,7 @@ func fenceText(r *scenarios.Report) string {
 	if !slices.ContainsFunc(r.History.Writes, func(w oracle.Write) bool { return w.Fenced }) {
 		return "not checked for linearizability: no fenced side-effect write"
 	}
-	return "not checked for linearizability: the strategy's token table is unknown (scenarios.Strategy.TokenTable)"
+	return "not checked for linearizability: the strategy's token table is unknown (strategy.Strategy.TokenTable)"
 }
 
 // failoverText is a failover latency with where it is measured from, to

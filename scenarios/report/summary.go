@@ -9,6 +9,7 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // Result is what one cell of a matrix gave, as its summary shows it: the
@@ -90,7 +91,7 @@ func Verdict(cells []Result) scenarios.Verdict {
 // fault in catalog order and topology in scenarios.Topologies order.
 func Summary(cells []Result, wall time.Duration) string {
 	sorted := slices.Clone(cells)
-	strategies := scenarios.StrategyNames()
+	strategies := strategy.Names()
 	faults := append([]string{fault.None}, fault.Names()...)
 	slices.SortStableFunc(sorted, func(a, b Result) int {
 		return cmp.Or(
