@@ -163,12 +163,12 @@ func withAppName(dsn, name string) string {
 }
 
 // commandEnv is the environment of a replica command: the runner's own
-// without the built-in replica's spec, the scenario's Env, then the
-// protocol's.
+// without any DOUBLERUN_ variable (a child's name and spec among them),
+// the scenario's Env, then the protocol's.
 func (c *ReplicaCommand) commandEnv(spec replicaSpec) []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envReplica+"=") && !strings.HasPrefix(kv, envProtocolPref) {
+		if !strings.HasPrefix(kv, envProtocolPref) {
 			out = append(out, kv)
 		}
 	}

@@ -38,10 +38,10 @@
 //
 // # Replicas are processes
 //
-// Each replica is the running binary started again with DOUBLERUN_REPLICA
-// set, so SIGKILL and SIGSTOP are real and a user's own go test binary can
-// take part: register the lease, then call [MaybeRunReplica] first in
-// TestMain (see example_test.go). replica_parent.go starts, watches and
+// Each replica is the running binary started again (package
+// scenarios/reexec), so SIGKILL and SIGSTOP are real and a user's own go
+// test binary can take part: register the lease, then call reexec.Main
+// first in TestMain (see example_test.go). replica_parent.go starts, watches and
 // stops them; replica_child.go is what each one does. A replica runs a worker.Worker gated by
 // its lease; the worker's one sweep is the leader work: log the start,
 // work for Scenario.Work, make a side-effect write through the work

@@ -12,12 +12,13 @@ import (
 
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/reexec"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // TestMain shows how a user's test binary takes part in scenarios: register
-// the lease, then let MaybeRunReplica turn this binary into a replica when
+// the lease, then let reexec.Main turn this binary into a replica when
 // the runner starts it as one.
 func TestMain(m *testing.M) {
 	strategy.Register("example-row-lease", strategy.Strategy{
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 				Key1: byoLock.Key1, Key2: byoLock.Key2, AllowTransactionPooling: true})
 		},
 	})
-	scenarios.MaybeRunReplica()
+	reexec.Main()
 	if pidFile := os.Getenv(envTestRunner); pidFile != "" {
 		runLikeARunner(pidFile)
 	}

@@ -1,13 +1,15 @@
 package scenarios
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"syscall"
+
+	"github.com/doublerun/doublerun/scenarios/reexec"
 )
 
 // A replica command's process group dies with the runner, however the
@@ -19,34 +21,33 @@ import (
 // the runner has killed the group itself it writes keeperDone first, and
 // the keeper exits without a signal that a reused group id could catch.
 
-// envKeeper names the process group a keeper watches over.
-const envKeeper = "DOUBLERUN_GROUP_KEEPER"
+// keeperChild is the name under which a keeper is this binary started
+// again (package reexec); its argument is the process group it watches.
+const keeperChild = "group-keeper"
+
+func init() { reexec.Register(keeperChild, runKeeper) }
 
 // keeperDone is the byte that tells a keeper the group is gone.
 const keeperDone = 'd'
 
-// maybeRunKeeper runs this process as a keeper, and exits, when the
-// runner started it as one.
-func maybeRunKeeper() {
-	raw, ok := os.LookupEnv(envKeeper)
-	if !ok {
-		return
-	}
+// runKeeper is a keeper process, watching over process group raw; it
+// returns the process's exit code.
+func runKeeper(raw string) int {
 	pgid, err := strconv.Atoi(raw)
 	if err != nil || pgid <= 1 {
-		fmt.Fprintf(os.Stderr, "%s=%q is not a process group; it is set by the runner only\n", envKeeper, raw)
-		os.Exit(2)
+		fmt.Fprintf(os.Stderr, "keeper: %q is not a process group; it is set by the runner only\n", raw)
+		return 2
 	}
 	// The runner's terminal and its faults never signal the keeper's own
 	// group, but a stray SIGTERM or Ctrl-C must not end the watch.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	var b [1]byte
 	if n, _ := io.ReadFull(os.Stdin, b[:]); n == 1 && b[0] == keeperDone {
-		os.Exit(0)
+		return 0
 	}
 	// EOF: the runner is gone. Caught by TestAKilledRunnerTakesTheCommandsChildren.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	os.Exit(0)
+	return 0
 }
 
 // keepGroup starts a keeper of process group pgid, which exe (this
@@ -57,12 +58,7 @@ func keepGroup(exe string, pgid int) (release func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	var args []string
-	if isTestBinary() {
-		args = []string{"-test.run=^$"}
-	}
-	k := exec.Command(exe, args...)
-	k.Env = append(os.Environ(), envKeeper+"="+strconv.Itoa(pgid))
+	k := reexec.Command(context.Background(), exe, keeperChild, strconv.Itoa(pgid))
 	k.Stdin = pr
 	k.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = k.Start()

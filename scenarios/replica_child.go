@@ -20,13 +20,16 @@ import (
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/reexec"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 	"github.com/doublerun/doublerun/worker"
 )
 
-// envReplica carries a replica's spec from the runner to the process it
-// starts.
-const envReplica = "DOUBLERUN_REPLICA"
+// replicaChild is the name under which a replica process is this binary
+// started again (package reexec); its argument is the spec as JSON.
+const replicaChild = "scenario-replica"
+
+func init() { reexec.Register(replicaChild, runReplica) }
 
 // replicaSpec is everything a replica process needs.
 type replicaSpec struct {
@@ -45,26 +48,9 @@ type replicaSpec struct {
 	AppName string `json:"app_name,omitempty"`
 }
 
-// MaybeRunReplica runs this process as a scenario replica, and exits, when
-// a runner started it as one; otherwise it returns at once. Replicas are
-// the running binary started again, so call it first in main, or in the
-// TestMain of a package that runs scenarios (after strategy.Register for a
-// lease of your own):
-//
-//	func TestMain(m *testing.M) {
-//		strategy.Register("mine", strategy.Strategy{New: newMyLease})
-//		scenarios.MaybeRunReplica()
-//		os.Exit(m.Run())
-//	}
-func MaybeRunReplica() {
-	maybeRunKeeper()
-	raw, ok := os.LookupEnv(envReplica)
-	if !ok {
-		return
-	}
-	os.Exit(runReplica(raw))
-}
-
+// runReplica is a replica process: the runner started this binary again
+// as one (package reexec), with raw its spec. It returns the process's
+// exit code.
 func runReplica(raw string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var spec replicaSpec
@@ -99,7 +85,7 @@ func leadAndWork(ctx context.Context, spec replicaSpec, rec workRecorder, log *s
 	defer rec.Close()
 	st, ok := strategy.Lookup(spec.Strategy)
 	if !ok {
-		return fmt.Errorf("strategy %q is not registered in this binary; register it before MaybeRunReplica", spec.Strategy)
+		return fmt.Errorf("strategy %q is not registered in this binary; register it before reexec.Main", spec.Strategy)
 	}
 	l, err := st.New(ctx, strategy.LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, PollInterval: spec.PollInterval, Logger: log,
 		ApplicationName: spec.AppName})

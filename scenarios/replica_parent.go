@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/reexec"
 )
 
 // The parent side of a replica: the runner starts each replica as this
@@ -44,10 +44,6 @@ type replica struct {
 	// fault's, already an event.
 	killed atomic.Bool
 }
-
-// isTestBinary reports whether this process is a go test binary, whose
-// replicas must not run the tests if TestMain forgot MaybeRunReplica.
-func isTestBinary() bool { return flag.Lookup("test.run") != nil }
 
 func (r *run) startReplicas(ctx context.Context) error {
 	r.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
@@ -120,12 +116,7 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 	if err != nil {
 		return err
 	}
-	var args []string
-	if isTestBinary() {
-		args = []string{"-test.run=^$"}
-	}
-	cmd := exec.Command(r.exe, args...)
-	cmd.Env = append(os.Environ(), envReplica+"="+string(raw))
+	cmd := reexec.Command(context.Background(), r.exe, replicaChild, string(raw))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group so faults can signal one replica alone; Pdeathsig
 	// so no replica outlives a runner that is killed outright.
@@ -195,8 +186,8 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 		}
 		if time.Now().After(deadline) {
 			hint := ""
-			if isTestBinary() {
-				hint = "; a test binary must call scenarios.MaybeRunReplica() first in TestMain"
+			if reexec.IsTestBinary() {
+				hint = "; a test binary must call reexec.Main() first in TestMain"
 			}
 			return time.Time{}, fmt.Errorf("no replica became leader within %s%s; replica logs in %s", cmp.Or(r.opts.leaderWait, leaderWait), hint, filepath.Join(r.dir, "replicas"))
 		}

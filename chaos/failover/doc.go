@@ -10,7 +10,7 @@
 // injects the fault at a random phase of the poll:
 //
 //	KILL_LEADER               the leader is this binary started again
-//	                          (MaybeRunChild), killed with SIGKILL
+//	                          (package scenarios/reexec), killed with SIGKILL
 //	TERMINATE_LEADER_BACKEND  pg_terminate_backend of the leader's backend;
 //	                          the leader lives on, so the next Leader may
 //	                          be its own, under a new term

@@ -9,7 +9,7 @@
 // [AdvisoryWait], [Fenced] and [FencedWait]; a lease of the user's own
 // joins them with [Register]. Replicas are this same binary started
 // again, so a strategy is registered in main or TestMain, before
-// scenarios.MaybeRunReplica.
+// reexec.Main (package scenarios/reexec).
 package strategy
 
 import (
@@ -188,7 +188,7 @@ func fencedWait() Strategy {
 
 // Register makes a lease of the user's own available to scenarios
 // under name. Replicas are this same binary started again, so register in
-// main or TestMain before calling MaybeRunReplica; registering a name twice
+// main or TestMain before calling reexec.Main; registering a name twice
 // panics.
 func Register(name string, s Strategy) {
 	strategies.Lock()
