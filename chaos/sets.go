@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
@@ -30,7 +31,7 @@ type RunConfig struct {
 	// Replica, when set, runs every cell's replicas as this command
 	// (scenarios.Scenario.Replica); the cell's strategy says what its
 	// lease is like.
-	Replica *scenarios.ReplicaCommand
+	Replica *replica.Command
 	// OutDir receives each cell's report, and per set cells.json and
 	// summary.md (under OutDir/<set> when Sets has several, and then the
 	// summary of all in OutDir/summary.md); empty for no files.
@@ -182,7 +183,7 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 // place returns the scenario of each cell on the version set set,
 // expecting what t says there, with replicas replicas each when it is not
 // 0. The error is the first cell's that is not valid.
-func (t Table) place(cells []Cell, set string, replicas int, command *scenarios.ReplicaCommand) ([]scenarios.Scenario, error) {
+func (t Table) place(cells []Cell, set string, replicas int, command *replica.Command) ([]scenarios.Scenario, error) {
 	out := make([]scenarios.Scenario, len(cells))
 	for i, c := range cells {
 		c.Versions = set

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/doublerun/doublerun/lease"
-	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/reexec"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 )
@@ -45,8 +45,8 @@ func TestMain(m *testing.M) {
 	}
 	// The built-in lease through the command path, as `doublerun replica`
 	// runs it: this test binary started as a scenario's replica command.
-	if strategy := os.Getenv(envTestCommandStrategy); strategy != "" {
-		if err := scenarios.RunCommandReplica(context.Background(), strategy, os.Getenv); err != nil {
+	if name := os.Getenv(envTestCommandStrategy); name != "" {
+		if err := replica.RunAsCommand(context.Background(), name, os.Getenv); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

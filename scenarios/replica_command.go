@@ -1,24 +1,20 @@
 package scenarios
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/replica"
 )
 
 // The parent side of a replica that is the user's command
@@ -39,26 +35,8 @@ var errSilent = errors.New("no leader work reported")
 // signalled with it take a moment to exit.
 const groupGrace = time.Second
 
-// CheckCommand finds the program of c, so that a command that is not
-// there is one line before anything starts.
-func CheckCommand(c *ReplicaCommand) error {
-	if _, err := exec.LookPath(c.Command[0]); err != nil {
-		var why string
-		switch {
-		case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
-			why = "not found"
-		case errors.Is(err, os.ErrPermission):
-			why = "not executable"
-		default:
-			why = err.Error()
-		}
-		return fmt.Errorf("replica command %q: %s; install it, or give its full path as the first word of \"replica.command\"", c.Command[0], why)
-	}
-	return nil
-}
-
 // startCommand starts one replica as the scenario's command.
-func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
+func (r *run) startCommand(ctx context.Context, spec replica.Spec) error {
 	c := r.sc.Replica
 	logPath := filepath.Join(r.dir, "replicas", spec.Replica+".log")
 	logf, err := os.Create(logPath)
@@ -66,12 +44,12 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 		return err
 	}
 	cmd := exec.Command(c.Command[0], c.Command[1:]...)
-	cmd.Env = c.commandEnv(spec)
+	cmd.Env = c.Environ(spec)
 	// Own process group: the faults signal it, and every way out kills it.
 	// Pdeathsig reaches the command itself if the runner is killed
 	// outright, and its keeper (keeper.go) the rest of its group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	rp := &replica{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{}), command: true}
+	rp := &proc{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{}), command: true}
 	var pr, pw *os.File
 	if c.Log != nil {
 		if pr, pw, err = os.Pipe(); err != nil {
@@ -86,7 +64,7 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 			pw.Close()
 			return err
 		}
-		rp.lines = newLogMatcher(c.Log, rec, &r.tokens)
+		rp.lines = replica.NewLogMatcher(c.Log, rec, &r.tokens)
 	} else {
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
@@ -95,14 +73,14 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 		if pr != nil {
 			pr.Close()
 			pw.Close()
-			rp.lines.rec.Close()
+			rp.lines.Close()
 		}
 		return fmt.Errorf("replica %s: start %s: %w; check \"replica.command\"", spec.Replica, c.Command[0], err)
 	}
 	var read sync.WaitGroup
 	if pr != nil {
 		pw.Close() // the command holds the write end now
-		read.Go(func() { rp.lines.read(context.WithoutCancel(ctx), pr, logf) })
+		read.Go(func() { rp.lines.Read(context.WithoutCancel(ctx), pr, logf) })
 	}
 	pid := cmd.Process.Pid
 	release, err := keepGroup(r.exe, pid)
@@ -112,7 +90,7 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 		read.Wait()
 		if pr != nil {
 			pr.Close()
-			rp.lines.rec.Close()
+			rp.lines.Close()
 		}
 		logf.Close()
 		return err
@@ -135,7 +113,7 @@ func (r *run) startCommand(ctx context.Context, spec replicaSpec) error {
 				<-readDone
 			}
 			pr.Close()
-			rp.lines.rec.Close()
+			rp.lines.Close()
 		}
 		logf.Close()
 		// Its open work ends here (oracle.Load), whatever it reported.
@@ -177,7 +155,7 @@ func groupOutlives(pgid int) bool {
 
 // exitedAtOnce is the one line for a command that exited before any
 // leader work was reported: its status and the last line it printed.
-func (r *run) exitedAtOnce(rp *replica) error {
+func (r *run) exitedAtOnce(rp *proc) error {
 	status := "exit status 0" // what a shell says of a command that succeeded
 	if rp.err != nil {
 		status = rp.err.Error()
@@ -226,13 +204,13 @@ func (r *run) silentReason() string {
 	wait := r.leaderWait()
 	c := r.sc.Replica
 	if c.Log == nil {
-		return fmt.Sprintf("no leader work was reported: in %s no replica command called doublerun.work_begin; make the lease call it (on %s) when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", wait, EnvOracleDSN)
+		return fmt.Sprintf("no leader work was reported: in %s no replica command called doublerun.work_begin; make the lease call it (on %s) when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", wait, replica.EnvOracleDSN)
 	}
 	var lines, matched int
 	r.mu.Lock()
 	for _, rp := range r.replicas {
 		if rp.lines != nil {
-			l, m := rp.lines.counts()
+			l, m := rp.lines.Counts()
 			lines, matched = lines+l, matched+m
 		}
 	}
@@ -248,120 +226,6 @@ func (r *run) leaderWait() time.Duration {
 		return r.opts.leaderWait
 	}
 	return leaderWait
-}
-
-// logMatcher turns the lines a replica prints into oracle records, each
-// as soon as it is read: log mode. Its timestamps are the runner's
-// receipt of each line, on the oracle's clock; lags are how long each
-// record took from the line's receipt to the record's return.
-type logMatcher struct {
-	became, lost, started, ended *regexp.Regexp
-	leaderIsWork                 bool
-	rec                          *oracle.Recorder
-	tokens                       *atomic.Int64
-
-	mu      sync.Mutex
-	lines   int
-	matched int
-	lags    []time.Duration
-	token   int64
-	open    int64 // the id of the piece of work begun and not ended, 0 for none
-}
-
-func newLogMatcher(p *LogPatterns, rec *oracle.Recorder, tokens *atomic.Int64) *logMatcher {
-	compile := func(re string) *regexp.Regexp {
-		if re == "" {
-			return nil
-		}
-		return regexp.MustCompile(re) // Validate compiled it
-	}
-	return &logMatcher{
-		became: compile(p.BecameLeader), lost: compile(p.LostLeadership),
-		started: compile(p.WorkStarted), ended: compile(p.WorkEnded),
-		leaderIsWork: p.WorkStarted == "",
-		rec:          rec, tokens: tokens,
-	}
-}
-
-// read copies every line from src to the log and records its matches.
-func (m *logMatcher) read(ctx context.Context, src io.Reader, log io.Writer) {
-	sc := bufio.NewScanner(src)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		got := time.Now()
-		line := sc.Text()
-		_, _ = fmt.Fprintln(log, line)
-		m.line(ctx, line, got)
-	}
-}
-
-// line records what one line says, in the order a line could say several
-// things: leadership before work begins, work ends before leadership is
-// lost.
-func (m *logMatcher) line(ctx context.Context, line string, got time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.lines++
-	hit := false
-	match := func(re *regexp.Regexp) bool {
-		ok := re != nil && re.MatchString(line)
-		hit = hit || ok
-		return ok
-	}
-	if match(m.became) {
-		m.lead(ctx)
-		if m.leaderIsWork {
-			m.begin(ctx)
-		}
-	}
-	if match(m.started) {
-		if m.token == 0 {
-			m.lead(ctx)
-		}
-		m.begin(ctx)
-	}
-	if match(m.ended) {
-		m.end(ctx)
-	}
-	if match(m.lost) {
-		m.end(ctx)
-		m.token = 0
-	}
-	if hit {
-		m.matched++
-		m.lags = append(m.lags, time.Since(got))
-	}
-}
-
-func (m *logMatcher) lead(ctx context.Context) {
-	m.token = m.tokens.Add(1)
-	_ = m.rec.Grant(ctx, m.token)
-}
-
-func (m *logMatcher) begin(ctx context.Context) {
-	m.end(ctx) // a piece begun twice: the first ended at the second
-	if id, err := m.rec.Begin(ctx, m.token, 0); err == nil {
-		m.open = id
-	}
-}
-
-func (m *logMatcher) end(ctx context.Context) {
-	if m.open != 0 {
-		_ = m.rec.End(ctx, m.open)
-		m.open = 0
-	}
-}
-
-func (m *logMatcher) counts() (lines, matched int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lines, m.matched
-}
-
-func (m *logMatcher) receiptLags() []time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.lags)
 }
 
 // oracleTime is local instant t on the oracle's clock: the server's now

@@ -3,7 +3,6 @@ package scenarios
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -19,14 +18,15 @@ import (
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/reexec"
+	"github.com/doublerun/doublerun/scenarios/replica"
 )
 
 // The parent side of a replica: the runner starts each replica as this
 // binary again, behind proxies of its own, watches it, and stops it.
-// replica_child.go is what the started process does.
+// Package scenarios/replica is what the started process does.
 
-// replica is one replica process the runner started.
-type replica struct {
+// proc is one replica process the runner started.
+type proc struct {
 	id   string
 	cmd  *exec.Cmd
 	log  string
@@ -39,7 +39,7 @@ type replica struct {
 	// it, matched the lines that matched a pattern.
 	command    bool
 	leftBehind bool
-	lines      *logMatcher
+	lines      *replica.LogMatcher
 	// killed says a fault killed it (Target.Killed): its exit is that
 	// fault's, already an event.
 	killed atomic.Bool
@@ -67,7 +67,7 @@ func (r *run) startReplicas(ctx context.Context) error {
 				return err
 			}
 		}
-		spec := replicaSpec{
+		spec := replica.Spec{
 			Replica:      id,
 			Strategy:     r.sc.Strategy,
 			LeaseName:    "doublerun-" + r.sc.Name,
@@ -106,8 +106,8 @@ func (r *run) proxy(replica, role, dsn string) (string, error) {
 	return u.String(), nil
 }
 
-func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
-	raw, err := json.Marshal(spec)
+func (r *run) startReplica(_ context.Context, spec replica.Spec) error {
+	cmd, err := spec.ChildCommand(r.exe)
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,6 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 	if err != nil {
 		return err
 	}
-	cmd := reexec.Command(context.Background(), r.exe, replicaChild, string(raw))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group so faults can signal one replica alone; Pdeathsig
 	// so no replica outlives a runner that is killed outright.
@@ -125,7 +124,7 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 		logf.Close()
 		return fmt.Errorf("start replica %s: %w", spec.Replica, err)
 	}
-	rp := &replica{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{})}
+	rp := &proc{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		rp.err = cmd.Wait()
 		logf.Close()
@@ -208,7 +207,7 @@ const stopGrace = 15 * time.Second
 // a user who interrupts does not wait for the grace.
 func (r *run) stopReplicas(ctx context.Context) {
 	r.mu.Lock()
-	reps := append([]*replica(nil), r.replicas...)
+	reps := append([]*proc(nil), r.replicas...)
 	r.mu.Unlock()
 	grace := cmp.Or(r.opts.stopGrace, stopGrace)
 	r.log.Info("stopping replicas", "scenario", r.sc.Name, "grace", grace)
@@ -223,7 +222,7 @@ func (r *run) stopReplicas(ctx context.Context) {
 	// TestRunInterruptedDuringTheGracePeriod.
 	deadline, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
-	var left []*replica
+	var left []*proc
 	for _, rp := range reps {
 		select {
 		case <-rp.done:
@@ -262,7 +261,7 @@ func (r *run) stopReplicas(ctx context.Context) {
 // killReplicas kills every replica still running, and waits for each.
 func (r *run) killReplicas() {
 	r.mu.Lock()
-	reps := append([]*replica(nil), r.replicas...)
+	reps := append([]*proc(nil), r.replicas...)
 	r.mu.Unlock()
 	for _, rp := range reps {
 		// The group even when its leader is gone: what a command left
@@ -276,7 +275,7 @@ func (r *run) killReplicas() {
 // the runner stopped it (a fault's SIGKILL is the fault's own event):
 // its open work ends there (oracle.Load), and it no longer contends
 // (oracle.Validity). Caught by TestAReplicaThatExitsIsAnEvent.
-func (r *run) replicaExited(rp *replica) {
+func (r *run) replicaExited(rp *proc) {
 	if r.stopping.Load() || rp.killed.Load() {
 		return
 	}
@@ -287,7 +286,7 @@ func (r *run) replicaExited(rp *replica) {
 
 // exitDetail says how a replica exited before the run ended: its exit
 // status and the last line of its output.
-func (r *run) exitDetail(rp *replica) string {
+func (r *run) exitDetail(rp *proc) string {
 	status := "exit 0"
 	if rp.err != nil {
 		status = rp.err.Error()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
@@ -44,7 +45,7 @@ type Report struct {
 // ProtocolInfo is how a run's replica commands (Scenario.Replica)
 // reported, and what the runner saw of them.
 type ProtocolInfo struct {
-	// Mode is ModeSQL or ModeLog.
+	// Mode is replica.ModeSQL or replica.ModeLog.
 	Mode string `json:"mode"`
 	// Note says what the timestamps are in this mode.
 	Note string `json:"note"`
@@ -253,7 +254,7 @@ func (r *run) protocolInfo() *ProtocolInfo {
 		return nil
 	}
 	p := &ProtocolInfo{Mode: c.Mode(), Note: noteSQL}
-	if p.Mode == ModeLog {
+	if p.Mode == replica.ModeLog {
 		p.Note = noteLog
 	}
 	var lags []time.Duration
@@ -267,9 +268,9 @@ func (r *run) protocolInfo() *ProtocolInfo {
 		default:
 		}
 		if rp.lines != nil {
-			l, m := rp.lines.counts()
+			l, m := rp.lines.Counts()
 			p.Lines, p.Matched = p.Lines+l, p.Matched+m
-			lags = append(lags, rp.lines.receiptLags()...)
+			lags = append(lags, rp.lines.ReceiptLags()...)
 		}
 	}
 	r.mu.Unlock()

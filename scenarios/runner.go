@@ -71,7 +71,7 @@ func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 		return nil, errors.New("scenarios: RunOptions.Stack is required")
 	}
 	if sc.Replica != nil {
-		if err := CheckCommand(sc.Replica); err != nil {
+		if err := sc.Replica.Check(); err != nil {
 			return nil, err
 		}
 	}
@@ -120,7 +120,7 @@ type run struct {
 	stopping atomic.Bool
 
 	mu       sync.Mutex
-	replicas []*replica
+	replicas []*proc
 	cleanups []func()
 }
 

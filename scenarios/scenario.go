@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 )
@@ -65,7 +66,7 @@ type Scenario struct {
 	// of Strategy's lease. Strategy still says what the command's lease is
 	// like: its traits decide which faults apply, its Setup runs, and the
 	// chaos table's column for it is what each cell expects.
-	Replica *ReplicaCommand `json:"replica,omitempty"`
+	Replica *replica.Command `json:"replica,omitempty"`
 }
 
 // MaxReplicas is the most replicas one run may have. The stack's PgBouncer
@@ -275,7 +276,7 @@ func (s Scenario) Validate() error {
 		bad("fault", s.Fault, fmt.Sprintf("does not apply to strategy %s on topology %s; pick another fault or topology", s.Strategy, s.Topology))
 	}
 	if s.Replica != nil {
-		s.Replica.validate(bad)
+		s.Replica.Validate(bad)
 	}
 	switch s.Expect {
 	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans:

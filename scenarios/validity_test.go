@@ -11,6 +11,7 @@ import (
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
@@ -52,7 +53,7 @@ fi
 exec "$0" -test.run='^$'`
 	sc := Scenario{Name: "exits-at-start", Strategy: strategy.Advisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Duration: 2 * time.Second,
-		Replica:  &ReplicaCommand{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}}
+		Replica:  &replica.Command{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	requireInconclusive(t, rep, oracle.ConditionContention, "only 1 replica left contending", "r1 replica-stopped", "exit status 1", "pg_type_typname_nsp_index")
@@ -78,7 +79,7 @@ func TestADirectDialIsInconclusive(t *testing.T) {
 DOUBLERUN_LEASE_DSN=$D DOUBLERUN_WORK_DSN=$D exec "$0" -test.run='^$'`
 	sc := Scenario{Name: "direct-dial", Strategy: strategy.Advisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Duration: 2 * time.Second,
-		Replica:  &ReplicaCommand{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}}
+		Replica:  &replica.Command{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	requireInconclusive(t, rep, oracle.ConditionPath, "s backends ", "connect from ", "not through its proxy: connect with `DOUBLERUN_LEASE_DSN`")
@@ -96,7 +97,7 @@ exec sleep 600`
 		// A poll interval of 500ms gives the replica's pauses a tolerance
 		// of 1.1s (2 polls and 100ms), far above its 150ms cycle.
 		Duration: 2 * time.Second, TTL: time.Second, PollInterval: 500 * time.Millisecond, Fault: fault.PartitionLeader.Name(),
-		Replica: &ReplicaCommand{Command: []string{"sh", "-c", script}, Log: &LogPatterns{WorkStarted: "^work$", WorkEnded: "^done$"}}}
+		Replica: &replica.Command{Command: []string{"sh", "-c", script}, Log: &replica.LogPatterns{WorkStarted: "^work$", WorkEnded: "^done$"}}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	requireInconclusive(t, rep, oracle.ConditionStruck, "PARTITION_LEADER on r1's proxies never stalled its work", "DOUBLERUN_LEASE_DSN")

@@ -12,6 +12,7 @@ import (
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report"
 )
 
@@ -94,7 +95,7 @@ func chaosCommand() command {
 			if err := parse(fs, args); err != nil {
 				return err
 			}
-			var command *scenarios.ReplicaCommand
+			var command *replica.Command
 			if *replicaFile != "" && *strategy == "" {
 				return usageError{"--replica needs --strategy: the strategy whose column of the table the command is judged by, such as advisory for a session advisory lock"}
 			}
@@ -106,7 +107,7 @@ func chaosCommand() command {
 				if command, err = scenarios.ParseReplicaCommand(data); err != nil {
 					return usageError{fmt.Sprintf("--replica %s: %v", *replicaFile, err)}
 				}
-				if err := scenarios.CheckCommand(command); err != nil {
+				if err := command.Check(); err != nil {
 					return envError{err.Error()}
 				}
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/doublerun/doublerun/mutation"
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
@@ -400,7 +401,7 @@ func TestReplicaCommandGetsItsExitCodeAndFirstLine(t *testing.T) {
 			`doublerun run: replica r1: command "true" exited before any leader work was reported (exit status 0) with no output; fix the command so that it keeps running as a replica (its output: out/case/replicas/r1.log)`, false},
 		{"NeverReportsWork", `{` + base + `, "replica": {"command": ["sleep", "600"]}}`, 1,
 			"doublerun run: scenario case: verdict failed: no leader work was reported: in 30s no replica command called doublerun.work_begin; " +
-				"make the lease call it (on " + scenarios.EnvOracleDSN + ") when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", true},
+				"make the lease call it (on " + replica.EnvOracleDSN + ") when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -5,7 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
@@ -36,10 +36,10 @@ func replicaCommand() command {
 			if *name == "" {
 				return usageError{"--strategy is required; one of " + strings.Join(strategy.Names(), ", ")}
 			}
-			if os.Getenv(scenarios.EnvReplicaID) == "" {
-				return usageError{scenarios.EnvReplicaID + " is not set: this command is a replica that doublerun run and doublerun chaos start, with the DOUBLERUN_* variables set"}
+			if os.Getenv(replica.EnvReplicaID) == "" {
+				return usageError{replica.EnvReplicaID + " is not set: this command is a replica that doublerun run and doublerun chaos start, with the DOUBLERUN_* variables set"}
 			}
-			return scenarios.RunCommandReplica(ctx, *name, os.Getenv)
+			return replica.RunAsCommand(ctx, *name, os.Getenv)
 		},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
@@ -98,7 +99,7 @@ func runCommand() command {
 			}
 			if sc.Replica != nil {
 				// Before the stack starts: one line, exit 2.
-				if err := scenarios.CheckCommand(sc.Replica); err != nil {
+				if err := sc.Replica.Check(); err != nil {
 					return envError{err.Error()}
 				}
 			}
@@ -142,7 +143,7 @@ func runCommand() command {
 				}
 			} else {
 				fmt.Fprintln(e.stdout, report.Line(rep))
-				if p := rep.Protocol; p != nil && p.Mode == scenarios.ModeLog {
+				if p := rep.Protocol; p != nil && p.Mode == replica.ModeLog {
 					fmt.Fprintf(e.stdout, "log mode: the times are the runner's receipt of %d matching lines (of %d); receipt lag median %s, max %s\n",
 						p.Matched, p.Lines, time.Duration(p.ReceiptLagMedian).Round(time.Microsecond), time.Duration(p.ReceiptLagMax).Round(time.Microsecond))
 				}

@@ -1,7 +1,8 @@
-package scenarios
+package replica
 
-// The child side of a replica: what this binary does when the runner
-// started it as one (replica_parent.go). The spec is all it gets.
+// The built-in replica: what this binary does when the runner started it
+// as one (Spec.ChildCommand), or as a replica command (RunAsCommand). The
+// spec is all it gets.
 
 import (
 	"context"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,40 +22,16 @@ import (
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
-	"github.com/doublerun/doublerun/scenarios/reexec"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 	"github.com/doublerun/doublerun/worker"
 )
 
-// replicaChild is the name under which a replica process is this binary
-// started again (package reexec); its argument is the spec as JSON.
-const replicaChild = "scenario-replica"
-
-func init() { reexec.Register(replicaChild, runReplica) }
-
-// replicaSpec is everything a replica process needs.
-type replicaSpec struct {
-	Replica      string        `json:"replica"`
-	Strategy     string        `json:"strategy"`
-	LeaseName    string        `json:"lease_name"`
-	LeaseDSN     string        `json:"lease_dsn"`
-	WorkDSN      string        `json:"work_dsn"`
-	OracleDSN    string        `json:"oracle_dsn"`
-	PollInterval time.Duration `json:"poll_interval"`
-	Work         time.Duration `json:"work"`
-	TTL          time.Duration `json:"ttl"`
-	Unfenced     bool          `json:"unfenced"`
-	// AppName is DOUBLERUN_APPLICATION_NAME for a built-in lease run as
-	// a replica command; empty in the runner's own replicas.
-	AppName string `json:"app_name,omitempty"`
-}
-
-// runReplica is a replica process: the runner started this binary again
-// as one (package reexec), with raw its spec. It returns the process's
-// exit code.
-func runReplica(raw string) int {
+// runChild is a built-in replica process: the runner started this binary
+// again as one (package reexec), with raw its Spec. It returns the
+// process's exit code.
+func runChild(raw string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	var spec replicaSpec
+	var spec Spec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		log.Error("replica: bad spec", "err", err)
 		return 2
@@ -70,7 +48,7 @@ func runReplica(raw string) int {
 
 // replicaMain runs a worker gated by the strategy's lease. Its one sweep is
 // the leader work the oracle measures.
-func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error {
+func replicaMain(ctx context.Context, spec Spec, log *slog.Logger) error {
 	rec, err := oracle.NewRecorder(ctx, spec.OracleDSN, spec.Replica)
 	if err != nil {
 		return err
@@ -81,7 +59,7 @@ func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error 
 // leadAndWork runs a worker gated by the strategy's lease, reporting to
 // rec: the oracle's Recorder for a built-in replica, the SQL functions for
 // `doublerun replica`.
-func leadAndWork(ctx context.Context, spec replicaSpec, rec workRecorder, log *slog.Logger) error {
+func leadAndWork(ctx context.Context, spec Spec, rec workRecorder, log *slog.Logger) error {
 	defer rec.Close()
 	st, ok := strategy.Lookup(spec.Strategy)
 	if !ok {
@@ -199,7 +177,7 @@ func (c *claimer) check(ctx context.Context) {
 // says otherwise), log its end. The write comes after the work, as in a
 // real job, so a leader paused mid-work writes late: the case a fence is
 // for.
-func leaderWork(spec replicaSpec, l lease.Lease, rec workRecorder, pool *pgxpool.Pool, log *slog.Logger) worker.Sweep {
+func leaderWork(spec Spec, l lease.Lease, rec workRecorder, pool *pgxpool.Pool, log *slog.Logger) worker.Sweep {
 	return worker.SweepFunc("doublerun-leader-work", func(ctx context.Context, term lease.Term) error {
 		if err := rec.Grant(ctx, term.Token); err != nil {
 			return err
@@ -248,7 +226,7 @@ func fences(l lease.Lease) bool {
 // carries the term for worker.Fence; the statements run on ctx, which
 // outlives the leader cycle. A refusal is logged with the transaction's
 // times, read in it.
-func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, fencer bool, pool *pgxpool.Pool, rec workRecorder, term lease.Term) error {
+func sideEffect(leaderCtx, ctx context.Context, spec Spec, fencer bool, pool *pgxpool.Pool, rec workRecorder, term lease.Term) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -286,4 +264,29 @@ func endWork(ctx context.Context, rec workRecorder, id int64) error {
 			return err
 		}
 	}
+}
+
+// RunAsCommand runs a built-in strategy's lease as a replica command
+// would: its settings from the protocol's DOUBLERUN_* variables, its
+// reports through the doublerun.* SQL functions. It is what `doublerun
+// replica --strategy NAME` runs, so that a scenario whose replica is that
+// command measures the built-in lease through the command path. It returns
+// when SIGTERM or an interrupt stops it, or ctx ends.
+func RunAsCommand(ctx context.Context, name string, getenv func(string) string) error {
+	if _, ok := strategy.Lookup(name); !ok {
+		return fmt.Errorf("unknown strategy %q; valid: %s", name, strings.Join(strategy.Names(), ", "))
+	}
+	spec, err := specFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	spec.Strategy = name
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", spec.Replica)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	rec, err := newSQLRecorder(ctx, spec.OracleDSN, spec.Replica)
+	if err != nil {
+		return err
+	}
+	return leadAndWork(ctx, spec, rec, log)
 }
