@@ -180,9 +180,10 @@
 // scenarios.Topologies and whether its work goes through PgBouncer and
 // through a transaction pool (Pooled, TransactionPooled; topology.go, in
 // package scenarios), and the endpoints the runner gives its lease and its
-// work (endpoints, runner.go). The faults learn of it through
+// work (endpoints, run_prepare.go). The faults learn of it through
 // fault.Setting; a strategy that refuses its lease endpoint says so in
-// CheckStrategyTopology (strategy.go). Then give it a column in every row
+// Strategy.RefusesTransactionPooling (package scenarios/strategy), which
+// CheckStrategyTopology (topology.go) reads. Then give it a column in every row
 // of table.go where a fault applies to it: TestTableIsComplete names every
 // row that lacks it.
 //

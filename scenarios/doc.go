@@ -41,7 +41,7 @@
 // Each replica is the running binary started again (package
 // scenarios/reexec), so SIGKILL and SIGSTOP are real and a user's own go
 // test binary can take part: register the lease, then call reexec.Main
-// first in TestMain (see example_test.go). replica_parent.go starts, watches and
+// first in TestMain (see example_test.go). run_replicas.go starts, watches and
 // stops them; package scenarios/replica is what each one does. A replica runs a worker.Worker gated by
 // its lease; the worker's one sweep is the leader work: log the start,
 // work for Scenario.Work, make a side-effect write through the work
@@ -160,7 +160,7 @@
 // re-enters the lock. The runner watches the lease's lock through its
 // direct connection every 20 ms (pg_locks, and the lease endpoint's
 // PgBouncer, SHOW SERVERS, for whether a client is linked to the holding
-// backend; lockwatch.go), and each replica logs the backend its lease
+// backend; run_lockwatch.go), and each replica logs the backend its lease
 // says holds the lock whenever that changes (a lock-claim event). The
 // oracle turns the two into the orphaned-lock window: every stretch longer
 // than orphanTolerance (100 ms) where a backend held the lock after its

@@ -23,7 +23,7 @@
 //
 // A scenario whose Replica is set runs the user's own program as each
 // replica instead of a built-in lease ([Command]; the runner's side is
-// replica_command.go in package scenarios):
+// run_command.go in package scenarios):
 //
 //	"strategy": "advisory",
 //	"replica": {"command": ["/usr/bin/python3", "lease.py"], "env": {"X": "y"}}

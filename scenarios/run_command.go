@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/reexec"
 	"github.com/doublerun/doublerun/scenarios/replica"
 )
 
@@ -47,7 +50,7 @@ func (r *run) startCommand(ctx context.Context, spec replica.Spec) error {
 	cmd.Env = c.Environ(spec)
 	// Own process group: the faults signal it, and every way out kills it.
 	// Pdeathsig reaches the command itself if the runner is killed
-	// outright, and its keeper (keeper.go) the rest of its group.
+	// outright, and its keeper (below) the rest of its group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	rp := &proc{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{}), command: true}
 	var pr, pw *os.File
@@ -178,49 +181,6 @@ func lastLine(path string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// silentReport judges a run whose replica commands reported no leader
-// work within leaderWait: the measured span is from the first command's
-// start to now, and the verdict says what reported nothing and how to
-// fix it. Judge fails any run without work (Caught by
-// TestJudgeSilentReplicaIsNotSafe); the reason here names the mode.
-func (r *run) silentReport(ctx context.Context, start time.Time) (*Report, error) {
-	end, err := oracle.LogEvent(ctx, r.conn, oracle.EventMeasureEnd, "", "")
-	if err != nil {
-		return nil, err
-	}
-	r.stopping.Store(true)
-	r.stopReplicas(ctx)
-	locks := r.lockWatch.stop(ctx)
-	h, err := oracle.Load(ctx, r.conn, start, end)
-	if err != nil {
-		return nil, err
-	}
-	h.Locks, h.Backends = locks, r.lockWatch.backends()
-	return r.report(h, oracle.Analyze(h, r.analysis())), nil
-}
-
-// silentReason says why no work was measured from replica commands.
-func (r *run) silentReason() string {
-	wait := r.leaderWait()
-	c := r.sc.Replica
-	if c.Log == nil {
-		return fmt.Sprintf("no leader work was reported: in %s no replica command called doublerun.work_begin; make the lease call it (on %s) when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", wait, replica.EnvOracleDSN)
-	}
-	var lines, matched int
-	r.mu.Lock()
-	for _, rp := range r.replicas {
-		if rp.lines != nil {
-			l, m := rp.lines.Counts()
-			lines, matched = lines+l, matched+m
-		}
-	}
-	r.mu.Unlock()
-	if lines == 0 {
-		return fmt.Sprintf("no leader work was reported: in %s the replica commands printed nothing; make the program log when it leads and works (and flush: PYTHONUNBUFFERED=1 for Python), see %s", wait, filepath.Join(r.dir, "replicas"))
-	}
-	return fmt.Sprintf("no leader work was reported: in %s the replica commands printed %d lines and %d matched a pattern, none of them starting work or leadership; check \"replica.log\" against their output in %s", wait, lines, matched, filepath.Join(r.dir, "replicas"))
-}
-
 func (r *run) leaderWait() time.Duration {
 	if r.opts.leaderWait > 0 {
 		return r.opts.leaderWait
@@ -265,4 +225,66 @@ func groupAlive(pgid int) bool {
 		}
 	}
 	return false
+}
+
+// A replica command's process group dies with the runner, however the
+// runner ends. Pdeathsig reaches the command alone; its children would
+// live on. So beside each command the runner starts a keeper: this
+// binary again, in a group of its own, reading a pipe whose only writer
+// is the runner. When the runner exits, even by SIGKILL, the kernel
+// closes that pipe, and the keeper kills the command's whole group. When
+// the runner has killed the group itself it writes keeperDone first, and
+// the keeper exits without a signal that a reused group id could catch.
+
+// keeperChild is the name under which a keeper is this binary started
+// again (package reexec); its argument is the process group it watches.
+const keeperChild = "group-keeper"
+
+func init() { reexec.Register(keeperChild, runKeeper) }
+
+// keeperDone is the byte that tells a keeper the group is gone.
+const keeperDone = 'd'
+
+// runKeeper is a keeper process, watching over process group raw; it
+// returns the process's exit code.
+func runKeeper(raw string) int {
+	pgid, err := strconv.Atoi(raw)
+	if err != nil || pgid <= 1 {
+		fmt.Fprintf(os.Stderr, "keeper: %q is not a process group; it is set by the runner only\n", raw)
+		return 2
+	}
+	// The runner's terminal and its faults never signal the keeper's own
+	// group, but a stray SIGTERM or Ctrl-C must not end the watch.
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	var b [1]byte
+	if n, _ := io.ReadFull(os.Stdin, b[:]); n == 1 && b[0] == keeperDone {
+		return 0
+	}
+	// EOF: the runner is gone. Caught by TestAKilledRunnerTakesTheCommandsChildren.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	return 0
+}
+
+// keepGroup starts a keeper of process group pgid, which exe (this
+// binary) runs; release tells it the group is gone, once the runner
+// killed it, and reaps it.
+func keepGroup(exe string, pgid int) (release func(), err error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	k := reexec.Command(context.Background(), exe, keeperChild, strconv.Itoa(pgid))
+	k.Stdin = pr
+	k.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = k.Start()
+	pr.Close() // the keeper holds the read end now
+	if err != nil {
+		pw.Close()
+		return nil, fmt.Errorf("start the keeper of process group %d: %w", pgid, err)
+	}
+	return func() {
+		_, _ = pw.Write([]byte{keeperDone})
+		pw.Close()
+		_ = k.Wait()
+	}, nil
 }
