@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -273,8 +272,8 @@ func endWork(ctx context.Context, rec workRecorder, id int64) error {
 // command measures the built-in lease through the command path. It returns
 // when SIGTERM or an interrupt stops it, or ctx ends.
 func RunAsCommand(ctx context.Context, name string, getenv func(string) string) error {
-	if _, ok := strategy.Lookup(name); !ok {
-		return fmt.Errorf("unknown strategy %q; valid: %s", name, strings.Join(strategy.Names(), ", "))
+	if err := strategy.Check(name); err != nil {
+		return err
 	}
 	spec, err := specFromEnv(getenv)
 	if err != nil {

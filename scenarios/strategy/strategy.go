@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,7 +59,8 @@ type LeaseConfig struct {
 	// TTL is the scenario's TTL for leases that have one.
 	TTL time.Duration
 	// PollInterval is the worker's poll interval; a lease that waits in
-	// Acquire may wait about as long.
+	// Acquire may wait about as long. 0 leaves a waiting lease's bound on
+	// one wait at its own default (1s), as the failover trials do.
 	PollInterval time.Duration
 	// Logger goes to the replica's log file.
 	Logger *slog.Logger
@@ -67,6 +69,12 @@ type LeaseConfig struct {
 	// that the runner sees its backends as the replica's; empty keeps the
 	// lease's own.
 	ApplicationName string
+	// AdvisoryLock, when set, is the lock a built-in advisory lease takes
+	// instead of its strategy's (Strategy.AdvisoryLock): for a caller that
+	// runs leases of one strategy one after another, each with a lock of
+	// its own, as the failover trials do. A scenario leaves it nil, so that
+	// the runner watches the lock the strategy declares.
+	AdvisoryLock *lease.AdvisoryLock
 }
 
 // Strategy builds the leases of one strategy and says what they are, so
@@ -126,9 +134,13 @@ func advisory(unguarded, wait bool) Strategy {
 		// pooling: measuring what happens there is their point. A waiting
 		// one refuses it all the same.
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
+			key := lock
+			if c.AdvisoryLock != nil {
+				key = *c.AdvisoryLock
+			}
 			return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
 				DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger, ApplicationName: c.ApplicationName,
-				Key1: lock.Key1, Key2: lock.Key2, TokenTable: advisoryTokenTable,
+				Key1: key.Key1, Key2: key.Key2, TokenTable: advisoryTokenTable,
 				DisablePIDGuard: unguarded, AllowTransactionPooling: true,
 				Wait: wait, WaitTimeout: c.PollInterval,
 			})
@@ -208,6 +220,15 @@ func Lookup(name string) (Strategy, bool) {
 	defer strategies.Unlock()
 	s, ok := strategies.m[name]
 	return s, ok
+}
+
+// Check returns nil for a registered strategy, and otherwise an error that
+// lists the registered ones.
+func Check(name string) error {
+	if _, ok := Lookup(name); ok {
+		return nil
+	}
+	return fmt.Errorf("unknown strategy %q; valid: %s", name, strings.Join(Names(), ", "))
 }
 
 // TokenTable is the token table of the strategy registered as name,

@@ -43,7 +43,7 @@ func runChild(raw string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	l, err := NewLease(ctx, spec, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	l, err := spec.lease(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -51,7 +51,7 @@ func runChild(raw string) int {
 	announced := false
 	for {
 		started := time.Now()
-		res, err := spec.Call(ctx, l)
+		res, err := call(ctx, l)
 		if err != nil {
 			return 0
 		}
