@@ -11,7 +11,6 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/replica"
-	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
@@ -45,7 +44,7 @@ type RunConfig struct {
 	// cells run.
 	OnSet func(SetStart)
 	// OnResult, if set, sees each cell's result as it comes.
-	OnResult func(done, total int, r report.Result)
+	OnResult func(done, total int, r CellResult)
 }
 
 // SetStart is what RunConfig.OnSet is told of a version set's run.
@@ -164,17 +163,17 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 	}
 	// As report.json holds them, so that this summary and a merge of
 	// this directory agree to the character.
-	results = report.Canonical(results)
+	results = Canonical(results)
 	r.out.Results = append(r.out.Results, results...)
 	r.out.Walls[have] += wall
 	if dir == "" {
 		return nil
 	}
-	shard := report.ShardResults{Versions: have, Shard: cfg.Shard, Shards: cfg.Shards, Total: len(scs), Wall: wall, Results: results, Index: index[:len(results)]}
-	if err := report.WriteCells(dir, shard); err != nil {
+	shard := ShardResults{Versions: have, Shard: cfg.Shard, Shards: cfg.Shards, Total: len(scs), Wall: wall, Results: results, Index: index[:len(results)]}
+	if err := WriteCells(dir, shard); err != nil {
 		return err
 	}
-	if err := report.WriteSummary(dir, results, wall); err != nil {
+	if err := WriteSummary(dir, results, wall); err != nil {
 		return err
 	}
 	return writeSummaryHTML(dir, results, wall, beside)

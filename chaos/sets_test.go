@@ -12,7 +12,6 @@ import (
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
-	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 	"github.com/doublerun/doublerun/scenarios/strategy"
@@ -37,7 +36,7 @@ func TestRunSetsSkipsServersThatRanAndWritesWhatMergeReads(t *testing.T) {
 		// gives its own servers whatever set is asked.
 		Start:    func(context.Context, string) (*stack.Stack, func(), error) { return s, func() {}, nil },
 		OnSet:    func(st chaos.SetStart) { starts = append(starts, st) },
-		OnResult: func(done, total int, r report.Result) { lines = append(lines, r.Line()) },
+		OnResult: func(done, total int, r chaos.CellResult) { lines = append(lines, r.Line()) },
 	})
 	require.NoError(t, err)
 	have := s.Versions().Set

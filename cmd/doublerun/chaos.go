@@ -13,7 +13,6 @@ import (
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/replica"
-	"github.com/doublerun/doublerun/scenarios/report"
 )
 
 const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR] [--replicas N]
@@ -147,8 +146,10 @@ func chaosCommand() command {
 			defer dropEmptyOut()
 			res, err := chaos.RunSets(ctx, cells, chaos.RunConfig{
 				Sets: sets, Shard: shardI, Shards: shardN, Replicas: n, Replica: command, OutDir: *out, Logger: e.log,
-				OnSet:    func(s chaos.SetStart) { printSet(e, s, shardI, shardN) },
-				OnResult: func(done, total int, r report.Result) { fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line()) },
+				OnSet: func(s chaos.SetStart) { printSet(e, s, shardI, shardN) },
+				OnResult: func(done, total int, r chaos.CellResult) {
+					fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line())
+				},
 			})
 			if err != nil {
 				return err
