@@ -84,7 +84,7 @@ func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 	}
 	r := &run{sc: sc, opts: opts, log: log, exe: exe, began: time.Now()}
 	defer r.cleanup()
-	return r.run(ctx)
+	return r.execute(ctx)
 }
 
 // run is one Run in progress. Its methods live in the files named run*:
@@ -125,7 +125,10 @@ type run struct {
 	cleanups []func()
 }
 
-func (r *run) run(ctx context.Context) (*Report, error) {
+// execute is the run's course: prepare, start the replicas, wait for the
+// first piece of leader work, measure (with the fault at a third), stop
+// the replicas and judge what the history holds.
+func (r *run) execute(ctx context.Context) (*Report, error) {
 	if err := r.prepare(ctx); err != nil {
 		return nil, err
 	}
