@@ -41,17 +41,42 @@ type RunOptions struct {
 	// onReplica, for tests, sees each replica's PID as it starts.
 	onReplica func(pid int)
 	// leaderWait, for tests, is how long a run waits for the first piece
-	// of leader work; default 30s.
+	// of leader work; default leaderWait.
 	leaderWait time.Duration
 	// inFlightWait, for tests, bounds the wait for the pieces a fault's
 	// heal left in flight; default inFlightWait.
 	inFlightWait time.Duration
 	// stopGrace, for tests, is how long replicas have to stop after
-	// SIGTERM; default 15s.
+	// SIGTERM; default stopGrace.
 	stopGrace time.Duration
 	// pieceWait, for tests, bounds the wait for the work the validity
 	// floor asks for; default pieceWait.
 	pieceWait time.Duration
+}
+
+// withDefaults returns o with every zero field at its default.
+func (o RunOptions) withDefaults() RunOptions {
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	if o.Executable == "" {
+		o.Executable, _ = os.Executable() // validate says why when it cannot
+	}
+	o.leaderWait = cmp.Or(o.leaderWait, leaderWait)
+	o.inFlightWait = cmp.Or(o.inFlightWait, inFlightWait)
+	o.stopGrace = cmp.Or(o.stopGrace, stopGrace)
+	o.pieceWait = cmp.Or(o.pieceWait, pieceWait)
+	return o
+}
+
+// validate says what keeps o, defaults applied, from starting a run.
+func (o RunOptions) validate() error {
+	if o.Stack == nil {
+		return errors.New("scenarios: RunOptions.Stack is required")
+	}
+	if o.Executable == "" {
+		_, err := os.Executable()
+		return fmt.Errorf("find this binary to start replicas: %w", err)
+	}
+	return nil
 }
 
 // Run runs one scenario and judges it, and returns what it measured as
@@ -63,26 +88,16 @@ func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
-	if opts.Stack == nil {
-		return nil, errors.New("scenarios: RunOptions.Stack is required")
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	if sc.Replica != nil {
 		if err := sc.Replica.Check(); err != nil {
 			return nil, err
 		}
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	exe := opts.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("find this binary to start replicas: %w", err)
-		}
-	}
-	r := &run{sc: sc, opts: opts, log: log, exe: exe, began: time.Now()}
+	r := &run{sc: sc, opts: opts, log: opts.Logger, exe: opts.Executable, began: time.Now()}
 	defer r.cleanup()
 	return r.execute(ctx)
 }
@@ -154,7 +169,7 @@ func (r *run) execute(ctx context.Context) (*Report, error) {
 		// The fault strikes once the work the validity floor asks for
 		// before it has begun: a third of the run is the plan, and a
 		// starved machine gets longer.
-		if err := r.awaitPieces(ctx, start, oracle.MinPieces, cmp.Or(r.opts.pieceWait, pieceWait)); err != nil {
+		if err := r.awaitPieces(ctx, start, oracle.MinPieces, r.opts.pieceWait); err != nil {
 			return nil, err
 		}
 		var healed time.Time
@@ -234,7 +249,7 @@ const inFlightWait = 30 * time.Second
 // and an event names the pieces still open. Caught by
 // TestAwaitInFlight/WaitsForAPieceOpenAtTheHeal.
 func (r *run) awaitInFlight(ctx context.Context, healed time.Time) error {
-	bound := cmp.Or(r.opts.inFlightWait, inFlightWait)
+	bound := r.opts.inFlightWait
 	deadline := time.Now().Add(bound)
 	for {
 		open, err := oracle.OpenWork(ctx, r.conn, healed)
@@ -323,7 +338,7 @@ func (r *run) awaitPieces(ctx context.Context, since time.Time, n int, bound tim
 // every look. A leader that stalled under load and works again settles it
 // within a few of its pieces. Caught by TestAwaitSecondHalf.
 func (r *run) awaitSecondHalf(ctx context.Context, start time.Time) error {
-	deadline := time.Now().Add(cmp.Or(r.opts.pieceWait, pieceWait))
+	deadline := time.Now().Add(r.opts.pieceWait)
 	for {
 		// The run ends just after this returns: its middle is taken a
 		// second later than now, so a piece found is in its second half.

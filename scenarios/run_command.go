@@ -181,13 +181,6 @@ func lastLine(path string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-func (r *run) leaderWait() time.Duration {
-	if r.opts.leaderWait > 0 {
-		return r.opts.leaderWait
-	}
-	return leaderWait
-}
-
 // oracleTime is local instant t on the oracle's clock: the server's now
 // less the time elapsed since t on the local monotonic clock.
 func (r *run) oracleTime(ctx context.Context, t time.Time) time.Time {

@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -147,7 +146,7 @@ const waitSaid = 5 * time.Second
 // waitForLeader waits for the first piece of leader work and starts the
 // measurement there, so start-up time is not counted as leaderless.
 func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
-	deadline := time.Now().Add(cmp.Or(r.opts.leaderWait, leaderWait))
+	deadline := time.Now().Add(r.opts.leaderWait)
 	// A replica that reports nothing holds the run for the whole wait,
 	// however short its duration: say so once the wait is longer than a
 	// start-up, and again as it goes on.
@@ -156,7 +155,7 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 	for {
 		if time.Now().After(say) {
 			r.log.Info("waiting for leader work", "scenario", r.sc.Name, "waited", time.Since(began).Round(time.Second),
-				"up_to", cmp.Or(r.opts.leaderWait, leaderWait),
+				"up_to", r.opts.leaderWait,
 				"why", "the measurement starts at the first piece of leader work a replica reports; none has yet")
 			say = say.Add(waitSaid)
 		}
@@ -188,7 +187,7 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 			if reexec.IsTestBinary() {
 				hint = "; a test binary must call reexec.Main() first in TestMain"
 			}
-			return time.Time{}, fmt.Errorf("no replica became leader within %s%s; replica logs in %s", cmp.Or(r.opts.leaderWait, leaderWait), hint, filepath.Join(r.dir, "replicas"))
+			return time.Time{}, fmt.Errorf("no replica became leader within %s%s; replica logs in %s", r.opts.leaderWait, hint, filepath.Join(r.dir, "replicas"))
 		}
 		if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return time.Time{}, err
@@ -209,7 +208,7 @@ func (r *run) stopReplicas(ctx context.Context) {
 	r.mu.Lock()
 	reps := append([]*proc(nil), r.replicas...)
 	r.mu.Unlock()
-	grace := cmp.Or(r.opts.stopGrace, stopGrace)
+	grace := r.opts.stopGrace
 	r.log.Info("stopping replicas", "scenario", r.sc.Name, "grace", grace)
 	for _, rp := range reps {
 		// The whole group: a command's children stop with it.

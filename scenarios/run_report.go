@@ -99,7 +99,7 @@ func (r *run) silentReport(ctx context.Context, start time.Time) (*Report, error
 
 // silentReason says why no work was measured from replica commands.
 func (r *run) silentReason() string {
-	wait := r.leaderWait()
+	wait := r.opts.leaderWait
 	c := r.sc.Replica
 	if c.Log == nil {
 		return fmt.Sprintf("no leader work was reported: in %s no replica command called doublerun.work_begin; make the lease call it (on %s) when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", wait, replica.EnvOracleDSN)
