@@ -74,23 +74,12 @@ type SetStart struct {
 // with an error. When ctx ends it stops after the cell it is in and
 // returns what ran.
 func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, error) {
-	r := setsRun{cfg: cfg, cells: cells, ran: map[string]string{}, out: SetResults{Walls: map[string]time.Duration{}}}
-	if _, err := table.place(cells, "", cfg.Replicas, cfg.Replica); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(cells); err != nil {
 		return SetResults{}, err
 	}
-	sets := cfg.Sets
-	if len(sets) == 0 {
-		sets = []string{""}
-	}
-	r.several = len(sets) > 1
-	r.cfg.Shard, r.cfg.Shards = cmp.Or(cfg.Shard, 1), cmp.Or(cfg.Shards, 1)
-	r.cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	if r.cfg.Start == nil {
-		r.cfg.Start = func(ctx context.Context, set string) (*stack.Stack, func(), error) {
-			return startStack(ctx, set, r.cfg.Logger)
-		}
-	}
-	for _, asked := range sets {
+	r := setsRun{cfg: cfg, cells: cells, several: len(cfg.Sets) > 1, ran: map[string]string{}, out: SetResults{Walls: map[string]time.Duration{}}}
+	for _, asked := range cfg.Sets {
 		if err := r.runOn(ctx, asked); err != nil {
 			return r.out, err
 		}
@@ -108,6 +97,30 @@ func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, erro
 		}
 	}
 	return r.out, nil
+}
+
+// withDefaults returns c with every zero field at its default.
+func (c RunConfig) withDefaults() RunConfig {
+	if len(c.Sets) == 0 {
+		c.Sets = []string{""} // the stack's own choice
+	}
+	c.Shard, c.Shards = cmp.Or(c.Shard, 1), cmp.Or(c.Shards, 1)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.Start == nil {
+		log := c.Logger
+		c.Start = func(ctx context.Context, set string) (*stack.Stack, func(), error) {
+			return startStack(ctx, set, log)
+		}
+	}
+	return c
+}
+
+// validate says what keeps cells from running as c asks, before any
+// stack starts: a cell the table does not hold, or one whose scenario is
+// not valid with c's replicas and command.
+func (c RunConfig) validate(cells []Cell) error {
+	_, err := table.place(cells, "", c.Replicas, c.Replica)
+	return err
 }
 
 // setsRun is one RunSets in progress.
