@@ -90,7 +90,7 @@ type node interface {
 // doublerun processes killed outright left on this machine, logging each
 // (see "Leftovers" in the package documentation).
 func Start(ctx context.Context, opts Options) (*Stack, error) {
-	opts, err := opts.FromEnv()
+	opts, err := opts.resolve()
 	if err != nil {
 		return nil, err
 	}
