@@ -223,9 +223,7 @@ func startStack(ctx context.Context, set string, log *slog.Logger) (*stack.Stack
 		return nil, nil, err
 	}
 	return s, func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := s.Close(cctx); err != nil {
+		if err := s.Shutdown(ctx); err != nil {
 			log.Error("stack cleanup", "err", err)
 		}
 	}, nil

@@ -339,9 +339,7 @@ func newGateRun(ctx context.Context, e *env, root string) (*gateRun, error) {
 	}
 	g.stack = s
 	g.close = func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		_ = s.Close(cctx)
+		_ = s.Shutdown(ctx)
 		os.RemoveAll(tmp)
 	}
 	g.env = append(s.Env(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" "+gateGOFLAGS))
