@@ -30,7 +30,7 @@ const leaderWait = 30 * time.Second
 
 // errSilent is waitForLeader's answer when replica commands ran for
 // leaderWait and none reported any leader work: the run gets a verdict
-// that says so (silentReport) rather than an error.
+// that says so (finish, silentReason) rather than an error.
 var errSilent = errors.New("no leader work reported")
 
 // groupGrace is how long a command's process group may outlive the

@@ -4,7 +4,6 @@ package scenarios
 // it ran on, its replicas, and how its replica commands reported.
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -74,27 +73,6 @@ func describe(ep stack.Endpoint) string {
 		name += " database " + strings.TrimPrefix(u.Path, "/")
 	}
 	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", name, ep.Version, ep.PoolMode, ep.PoolSize)
-}
-
-// silentReport judges a run whose replica commands reported no leader
-// work within leaderWait: the measured span is from the first command's
-// start to now, and the verdict says what reported nothing and how to
-// fix it. Judge fails any run without work (Caught by
-// TestJudgeSilentReplicaIsNotSafe); the reason here names the mode.
-func (r *run) silentReport(ctx context.Context, start time.Time) (*Report, error) {
-	end, err := oracle.LogEvent(ctx, r.conn, oracle.EventMeasureEnd, "", "")
-	if err != nil {
-		return nil, err
-	}
-	r.stopping.Store(true)
-	r.stopReplicas(ctx)
-	locks := r.lockWatch.stop(ctx)
-	h, err := oracle.Load(ctx, r.conn, start, end)
-	if err != nil {
-		return nil, err
-	}
-	h.Locks, h.Backends = locks, r.lockWatch.backends()
-	return r.report(h, oracle.Analyze(h, r.analysis())), nil
 }
 
 // silentReason says why no work was measured from replica commands.
