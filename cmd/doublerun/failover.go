@@ -58,19 +58,11 @@ func failoverCommand() command {
 			if err != nil {
 				return err
 			}
-			if err := checkEnv(""); err != nil {
-				return err
-			}
-			dropEmptyOut, err := outDir("out", *out)
+			s, done, err := stackFor(ctx, e, "", *out)
 			if err != nil {
 				return err
 			}
-			defer dropEmptyOut()
-			s, closeStack, err := startStack(ctx, e)
-			if err != nil {
-				return err
-			}
-			defer closeStack()
+			defer done()
 			db, err := s.CreateDatabase(ctx, "failover_")
 			if err != nil {
 				return err

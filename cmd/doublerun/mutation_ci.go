@@ -60,15 +60,7 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name  string
-		value *string
-	}{{"record", recordFile}, {"equivalents", eqFile}, {"manifest", manifest}} {
-		if err := defaultInRepo(fs, f.name, f.value, "mutation ci", "--"+f.name+" FILE"); err != nil {
-			return err
-		}
-	}
-	root, err := moduleRoot()
+	root, err := repoRoot(fs, "mutation ci", fileFlag{"record", recordFile}, fileFlag{"equivalents", eqFile}, fileFlag{"manifest", manifest})
 	if err != nil {
 		return err
 	}
@@ -401,15 +393,7 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 			return usageError{"--write-record needs every shard; merge the shards' reports with mutation gate --merge --write-record"}
 		}
 	}
-	for _, f := range []struct {
-		name  string
-		value *string
-	}{{"record", recordFile}, {"equivalents", eqFile}} {
-		if err := defaultInRepo(fs, f.name, f.value, "mutation full", "--"+f.name+" FILE"); err != nil {
-			return err
-		}
-	}
-	root, err := moduleRoot()
+	root, err := repoRoot(fs, "mutation full", fileFlag{"record", recordFile}, fileFlag{"equivalents", eqFile})
 	if err != nil {
 		return err
 	}

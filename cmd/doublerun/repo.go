@@ -59,6 +59,25 @@ func declaresModule(gomod, path string) bool {
 	return false
 }
 
+// fileFlag is a flag whose default names a file of the repository.
+type fileFlag struct {
+	name  string
+	value *string
+}
+
+// repoRoot is how a mutation subcommand that reads the repository's files
+// starts: it resolves the default of each of flags against the repository
+// root (defaultInRepo; a flag given is used as it is), naming command in
+// the error, and returns the root.
+func repoRoot(fs *flagSet, command string, flags ...fileFlag) (string, error) {
+	for _, f := range flags {
+		if err := defaultInRepo(fs, f.name, f.value, command, "--"+f.name+" FILE"); err != nil {
+			return "", err
+		}
+	}
+	return moduleRoot()
+}
+
 // defaultInRepo resolves the flag's value against the repository root
 // when the command line left it at its default (a path relative to the
 // root); a value the user gave is relative to the working directory, as
