@@ -3,10 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -96,4 +99,49 @@ func defaultInRepo(fs *flagSet, flagName string, value *string, command, instead
 	}
 	*value = path
 	return nil
+}
+
+// cleanHead returns HEAD's commit, or an error when the working tree has
+// changes: a record names the code that passed.
+func cleanHead(ctx context.Context, root string) (string, error) {
+	status, err := gitOutput(ctx, root, "status", "--porcelain")
+	if err != nil {
+		return "", err
+	}
+	if status != "" {
+		return "", fmt.Errorf("not writing the record: the working tree has changes (%s); commit them and run again", strings.SplitN(status, "\n", 2)[0])
+	}
+	return gitOutput(ctx, root, "rev-parse", "HEAD")
+}
+
+// commitCount is the number of commits in HEAD's history; the
+// per-submission gate takes shard commitCount mod n, so n consecutive
+// submissions cover every shard.
+func commitCount(ctx context.Context, root string) (int, error) {
+	out, err := gitOutput(ctx, root, "rev-list", "--count", "HEAD")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(out)
+}
+
+func gitOutput(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// moduleRoot is the repository root, found from the working directory.
+func moduleRoot() (string, error) {
+	p, err := repoFile("go.mod")
+	if err != nil {
+		return "", fmt.Errorf("%v; run the mutation commands from inside it", err)
+	}
+	return filepath.Abs(filepath.Dir(p))
 }
