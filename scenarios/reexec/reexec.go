@@ -26,6 +26,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -78,15 +79,11 @@ func Main() {
 	os.Exit(fn(os.Getenv(envArg)))
 }
 
+// names lists the registered children, sorted.
 func names() []string {
 	children.Lock()
 	defer children.Unlock()
-	var out []string
-	for n := range children.m {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(children.m))
 }
 
 // Command is the command that starts exe, this binary, again as the child
