@@ -3,6 +3,15 @@
 // replicas did leader work at once (the double-run window) and how long
 // none did (the leaderless window).
 //
+// The package is scenario data (scenario.go, scenario_file.go,
+// topology.go, verdict.go, report.go, repro.go) and the runner, whose
+// files are named run*: run.go (Run and the run's course), run_prepare.go,
+// run_replicas.go, run_command.go, run_lockwatch.go, run_pathwatch.go,
+// run_target.go and run_report.go. What a replica process is and does is
+// package scenarios/replica; the strategies it can run are package
+// scenarios/strategy; how this binary starts itself again as a replica
+// (or as any other child) is package scenarios/reexec.
+//
 // # A scenario is data
 //
 // A [Scenario] names a strategy (package scenarios/strategy: advisory,
@@ -89,7 +98,7 @@
 // fails it. A replica that exits before the run ends is a replica-stopped
 // event with its exit status and its last line of output. [Verdict] is the
 // one result type: a run's, a matrix cell's and a matrix's (package
-// report) and the #556 reproduction's; its Err is what the CLI returns.
+// chaos) and the #556 reproduction's; its Err is what the CLI returns.
 //
 // # Report (schema doublerun.report/v2)
 //
