@@ -41,12 +41,15 @@ TEST_REPORTS ?= $(CURDIR)/reports/test
 ## tests of the providers and tests that restart servers start their own.
 ## While the stack starts, the tests and the library replica programs
 ## (make replicas) are compiled, so no compile lands on a running scenario.
+## The built-in strategies' replicas the tests start are one doublerun
+## binary built without the race detector (DOUBLERUN_CHILD_BINARY); the
+## test binaries themselves keep it.
 ## Then every report the tests wrote is checked: each figure recomputed
 ## from its history (all of the packages must write some; a narrower PKGS
 ## checks those it wrote).
 test:
 	rm -rf $(TEST_REPORTS)
-	DOUBLERUN_TEST_REPORTS=$(TEST_REPORTS) $(GO) run ./scenarios/stack/internal/prepare -warm "$(GO) list -race -deps -test -export $(PKGS)" -warm "$(MAKE) -s replicas GO=$(GO)" -- $(GO) test $(TEST_FLAGS) $(if $(filter ./...,$(PKGS)),$(TEST_FIRST)) $(PKGS)
+	DOUBLERUN_TEST_REPORTS=$(TEST_REPORTS) $(GO) run ./scenarios/stack/internal/prepare -child-binary ./cmd/doublerun -warm "$(GO) list -race -deps -test -export $(PKGS)" -warm "$(MAKE) -s replicas GO=$(GO)" -- $(GO) test $(TEST_FLAGS) $(if $(filter ./...,$(PKGS)),$(TEST_FIRST)) $(PKGS)
 	$(if $(filter ./...,$(PKGS)),,@find $(TEST_REPORTS) -name report.json 2>/dev/null | grep -q . || exit 0; )$(GO) run ./cmd/doublerun check $(TEST_REPORTS)
 
 ## test-stack: the stack, pgbouncer and CLI tests only.

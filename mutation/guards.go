@@ -132,7 +132,7 @@ func RunGuards(ctx context.Context, guards []Guard, opts GuardOptions) ([]GuardR
 	r := &runner{opts: opts, dir: dir, baselines: map[string]*baseline{}}
 	// go test's build directories go under dir too, so a killed go
 	// command cannot leave them behind.
-	r.env = append(append(os.Environ(), "GOTMPDIR="+gotmp), opts.Env...)
+	r.env = append(append(mutantEnviron(), "GOTMPDIR="+gotmp), opts.Env...)
 
 	results := make([]GuardResult, len(guards))
 	sem := make(chan struct{}, opts.Parallel)

@@ -154,7 +154,7 @@ func RerunTimedOut(ctx context.Context, pkg string, r *Report, first time.Durati
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	env := append(append(os.Environ(), "GOTMPDIR="+dir), o.Env...)
+	env := append(append(mutantEnviron(), "GOTMPDIR="+dir), o.Env...)
 
 	res, err := goTestPackage(ctx, o, env, dir, pkg, "", 0)
 	if err != nil {

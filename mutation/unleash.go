@@ -67,7 +67,7 @@ func Unleash(ctx context.Context, o UnleashOptions) (Report, error) {
 	if o.DryRun {
 		args = append(args, "--dry-run")
 	}
-	env := append(os.Environ(), "TMPDIR="+dir)
+	env := append(mutantEnviron(), "TMPDIR="+dir)
 	if o.Selection != nil {
 		diff, err := o.Selection.Diff(pkgDir)
 		if err != nil {

@@ -30,3 +30,6 @@ func WithStopGrace(opts RunOptions, d time.Duration) RunOptions {
 
 // KeepGroup exposes keepGroup to the tests.
 func KeepGroup(exe string, pgid int) (release func(), err error) { return keepGroup(exe, pgid) }
+
+// StandsIn exposes standsIn to the tests.
+func StandsIn(sc Scenario) bool { return standsIn(sc) }

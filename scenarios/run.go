@@ -18,7 +18,9 @@ import (
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/reexec"
 	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // RunOptions configure Run.
@@ -31,7 +33,9 @@ type RunOptions struct {
 	// where package report writes the report beside them; empty keeps the
 	// logs in a temp dir, removed afterwards.
 	OutDir string
-	// Executable is the binary started as each replica; default this one.
+	// Executable is the binary started as each replica; default this
+	// one, or for a built-in strategy's replicas the binary that
+	// reexec.EnvBinary names, when it is set (make test sets it).
 	Executable string
 	// Logger receives progress; default discards.
 	Logger *slog.Logger
@@ -88,6 +92,13 @@ func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
+	if opts.Executable == "" {
+		exe, err := reexec.Executable(standsIn(sc))
+		if err != nil {
+			return nil, err
+		}
+		opts.Executable = exe
+	}
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -100,6 +111,14 @@ func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 	r := &run{sc: sc, opts: opts, log: opts.Logger, exe: opts.Executable, began: time.Now()}
 	defer r.cleanup()
 	return r.execute(ctx)
+}
+
+// standsIn reports whether sc's replicas may be another doublerun binary
+// than this one (reexec.Executable): a built-in strategy's run in any, but
+// a strategy this binary registered, and a command's keeper, in this one
+// alone. Caught by TestStandsIn.
+func standsIn(sc Scenario) bool {
+	return sc.Replica == nil && strategy.BuiltIn(sc.Strategy)
 }
 
 // run is one Run in progress. Its methods live in the files named run*:

@@ -3,6 +3,7 @@ package scenarios_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,6 +17,8 @@ import (
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/reexec"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
@@ -28,16 +31,49 @@ func short(sc Scenario) Scenario {
 	return sc
 }
 
+// runScenario runs sc, shortened, on the shared stack, and checks that
+// each replica ran the binary Run should start for it (reexec.Executable):
+// this test binary, or for a built-in strategy the stand-in make test
+// builds, when it names one.
 func runScenario(t *testing.T, sc Scenario) *Report {
 	t.Helper()
 	s := stacktest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, short(sc), RunOptions{Stack: s, OutDir: t.TempDir()})
+	var mu sync.Mutex
+	var exes []string
+	opts := WithReplicaHook(RunOptions{Stack: s, OutDir: t.TempDir()}, func(pid int) {
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		mu.Lock()
+		defer mu.Unlock()
+		exes = append(exes, exe+fmt.Sprint(err))
+	})
+	rep, err := Run(ctx, short(sc), opts)
 	require.NoError(t, err)
 	t.Log(report.Line(rep))
 	reporttest.Save(t, rep)
+	want, err := reexec.Executable(StandsIn(sc))
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, exes, sc.WithDefaults().Replicas)
+	for _, exe := range exes {
+		require.Equal(t, want+"<nil>", exe, "the replicas of %s run %s", sc.Strategy, want)
+	}
 	return rep
+}
+
+// A built-in strategy's replicas may be any doublerun binary (make test's
+// stand-in without the race detector); a strategy this binary registered
+// runs here alone, and a replica command's keeper too.
+func TestStandsIn(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{strategy.Advisory, strategy.AdvisoryUnguarded, strategy.AdvisoryWait, strategy.Fenced, strategy.FencedWait} {
+		require.True(t, StandsIn(Scenario{Strategy: name}), name)
+		require.False(t, StandsIn(Scenario{Strategy: name, Replica: &replica.Command{Command: []string{"true"}}}), "%s as a command", name)
+	}
+	require.False(t, StandsIn(Scenario{Strategy: "example-row-lease"}), "registered by this test binary")
+	require.False(t, StandsIn(Scenario{Strategy: byoLockStrategy}))
 }
 
 func TestIssue556Reproduces(t *testing.T) {

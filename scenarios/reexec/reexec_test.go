@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,4 +63,37 @@ func TestAnUnknownChildIsOneLine(t *testing.T) {
 func TestRegisteringANameTwicePanics(t *testing.T) {
 	t.Parallel()
 	require.Panics(t, func() { reexec.Register(exitChild, func(string) int { return 0 }) })
+}
+
+// The stand-in is taken only for a child of doublerun's own, only when it
+// is set, and a name that is no executable is refused in one line rather
+// than swapped for this binary. Not parallel: it sets the environment.
+func TestExecutable(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	standIn := filepath.Join(t.TempDir(), "doublerun")
+	require.NoError(t, os.WriteFile(standIn, []byte("#!/bin/sh\n"), 0o755))
+
+	t.Setenv(reexec.EnvBinary, "")
+	for _, own := range []bool{true, false} {
+		exe, err := reexec.Executable(own)
+		require.NoError(t, err)
+		require.Equal(t, self, exe, "unset: this binary")
+	}
+
+	t.Setenv(reexec.EnvBinary, standIn)
+	exe, err := reexec.Executable(true)
+	require.NoError(t, err)
+	require.Equal(t, standIn, exe)
+	exe, err = reexec.Executable(false)
+	require.NoError(t, err)
+	require.Equal(t, self, exe, "a child the caller registered runs in this binary")
+	require.NotContains(t, reexec.Command(context.Background(), standIn, exitChild, "").Args, "-test.run=^$",
+		"only this test binary needs to be kept from running its tests")
+
+	for _, bad := range []string{filepath.Join(t.TempDir(), "missing"), t.TempDir()} {
+		t.Setenv(reexec.EnvBinary, bad)
+		_, err := reexec.Executable(true)
+		require.EqualError(t, err, reexec.EnvBinary+"="+bad+" is not an executable file; unset it, or build it with go build -o "+bad+" ./cmd/doublerun")
+	}
 }

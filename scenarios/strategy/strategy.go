@@ -198,6 +198,14 @@ func fencedWait() Strategy {
 	}
 }
 
+// BuiltIn reports whether name is one of doublerun's own strategies, which
+// every binary built from this module registers: its replicas need not be
+// this binary (reexec.Executable), where a strategy a binary registers
+// itself is known to that binary alone.
+func BuiltIn(name string) bool {
+	return slices.Contains([]string{Advisory, AdvisoryUnguarded, AdvisoryWait, Fenced, FencedWait}, name)
+}
+
 // Register makes a lease of the user's own available to scenarios
 // under name. Replicas are this same binary started again, so register in
 // main or TestMain before calling reexec.Main; registering a name twice

@@ -9,6 +9,11 @@
 //	                        then remove the stack; exit with CMD's status.
 //	                        Each W, a command line split at spaces, runs in
 //	                        turn while the stack starts
+//	prepare -child-binary PKG [-warm W]... -- CMD ARGS...
+//	                        also build PKG (a main package of this module)
+//	                        without the race detector while the stack
+//	                        starts, and name it in DOUBLERUN_CHILD_BINARY
+//	                        for CMD (reexec.EnvBinary)
 //
 // `make test` passes `-warm "go list -race -deps -test -export ./..."`,
 // which compiles every package the tests need: on a machine with no
@@ -18,6 +23,12 @@
 // whose tests then find them in the build cache: compiled during a run,
 // on a first run of make test beside two CPU hogs, they starved the
 // scenarios running beside them until their leases' grants timed out.
+//
+// `make test` also passes `-child-binary ./cmd/doublerun`: the replicas
+// of the built-in strategies that the tests start are then that binary,
+// built once without the race detector, rather than the race-instrumented
+// test binary started again (reexec.Executable). A build that fails is
+// said in one line and the tests run as before.
 //
 // `make test` runs `prepare -- go test ./...`: the test binaries, which run
 // in parallel and show their output only when they fail, share that one
@@ -38,6 +49,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +57,7 @@ import (
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
+	"github.com/doublerun/doublerun/scenarios/reexec"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
@@ -66,21 +79,41 @@ func main() {
 		return
 	}
 	var warm [][]string
-	for len(args) > 1 && args[0] == "-warm" {
-		warm, args = append(warm, strings.Fields(args[1])), args[2:]
+	var child string
+	for len(args) > 1 && (args[0] == "-warm" || args[0] == "-child-binary") {
+		if args[0] == "-child-binary" {
+			child = args[1]
+		} else {
+			warm = append(warm, strings.Fields(args[1]))
+		}
+		args = args[2:]
 	}
 	if len(args) < 2 || args[0] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: prepare [-warm COMMAND]... [-- COMMAND ARGS...]")
+		fmt.Fprintln(os.Stderr, "usage: prepare [-child-binary PKG] [-warm COMMAND]... [-- COMMAND ARGS...]")
 		os.Exit(2)
 	}
-	os.Exit(runShared(log, warm, args[1:]))
+	var childEnv []string
+	if child != "" {
+		dir, err := stack.TempDir() // swept by the next stack if prepare is killed
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "doublerun:", err)
+			os.Exit(1)
+		}
+		bin := filepath.Join(dir, "doublerun")
+		warm = append([][]string{{"go", "build", "-o", bin, child}}, warm...)
+		childEnv = []string{reexec.EnvBinary + "=" + bin}
+		code := runShared(log, warm, args[1:], childEnv)
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
+	os.Exit(runShared(log, warm, args[1:], nil))
 }
 
 // runShared starts one stack, runs argv with the stack's DSNs and
 // DOUBLERUN_SHARED_STACK=1 added to the environment, removes the stack and
 // returns argv's exit status. Ctrl-C and SIGTERM are passed to argv, which
 // decides when to stop; the stack outlives it until it has.
-func runShared(log *slog.Logger, warm [][]string, argv []string) int {
+func runShared(log *slog.Logger, warm [][]string, argv, childEnv []string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	warmed := warmUp(ctx, warm)
@@ -119,6 +152,14 @@ func runShared(log *slog.Logger, warm [][]string, argv []string) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = sharedEnv(os.Environ(), s.Env())
+	for _, kv := range childEnv {
+		if bin, _ := strings.CutPrefix(kv, reexec.EnvBinary+"="); fileExists(bin) {
+			cmd.Env = append(cmd.Env, kv)
+			log.Info("the built-in strategies' replicas run a doublerun binary built without the race detector", "binary", bin)
+		} else {
+			log.Info("the replica binary did not build; replicas run the test binaries themselves", "binary", bin)
+		}
+	}
 	// If prepare is killed outright, the command goes too; the stack is
 	// then removed by the next stack started on the machine.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -148,6 +189,11 @@ func runShared(log *slog.Logger, warm [][]string, argv []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "doublerun: %s: %v\n", argv[0], err)
 	return 1
+}
+
+func fileExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir()
 }
 
 // warmUp runs each command of cmds in turn in the background, its output
