@@ -51,7 +51,7 @@ func TestRunSetsSkipsServersThatRanAndWritesWhatMergeReads(t *testing.T) {
 	require.Equal(t, have, r.Versions)
 	require.Equal(t, 3, r.Report.Scenario.Replicas, "--replicas reaches the run")
 	require.Equal(t, "fenced/direct/none", r.Scenario.Name)
-	require.True(t, res.Verdict().Pass, res.Verdict().Reason)
+	require.True(t, res.Verdict().Pass, "%s: %s", res.Verdict().Reason, r.Report.Verdict.Reason)
 
 	m, err := chaos.MergeDirs(out)
 	require.NoError(t, err)
