@@ -3,6 +3,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,11 @@ type dockerBackend struct {
 	netName        string
 	postgresImage  string
 	pgbouncerImage string
+	// fwdHost and fwdPort are where bouncers forward to: the stack's
+	// Postgres on the network (pgAlias, pgPort) unless forwardBouncers
+	// set them (an HA stack's router).
+	fwdHost string
+	fwdPort int
 }
 
 // dockerAvailable reports whether a Docker engine answers, and if not why.
@@ -214,10 +220,22 @@ func (b *dockerBackend) startPostgres(ctx context.Context, user, password, db st
 	if err != nil {
 		return nil, "", 0, err
 	}
-	req := b.request(b.postgresImage, pgAlias, pgPort, hostPort)
+	req := b.postgresRequest(ctx, pgAlias, hostPort)
 	req.Env = map[string]string{"POSTGRES_USER": user, "POSTGRES_PASSWORD": password, "POSTGRES_DB": db}
-	req.Cmd = []string{"postgres", "-c", "max_connections=300", "-c", "fsync=off",
-		"-c", "synchronous_commit=off", "-c", "full_page_writes=off"}
+	n, err := b.run(ctx, "postgres", req)
+	if n == nil {
+		return nil, "", 0, err
+	}
+	return n, "127.0.0.1", hostPort, err
+}
+
+// postgresRequest is a Postgres container called alias on the stack's
+// network, published on hostPort of loopback, with its data on a volume;
+// args are settings beside the stack's usual ones, which they override.
+func (b *dockerBackend) postgresRequest(ctx context.Context, alias string, hostPort int, args ...string) testcontainers.ContainerRequest {
+	req := b.request(b.postgresImage, alias, pgPort, hostPort)
+	req.Cmd = append([]string{"postgres", "-c", "max_connections=300", "-c", "fsync=off",
+		"-c", "synchronous_commit=off", "-c", "full_page_writes=off"}, args...)
 	// The data goes on an anonymous volume, removed with the container.
 	// In the container's own filesystem every write and open of a data
 	// file goes through the storage driver; on a fuse-overlayfs engine
@@ -231,11 +249,7 @@ func (b *dockerBackend) startPostgres(ctx context.Context, user, password, db st
 		modify(hc)
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: pgdata})
 	}
-	n, err := b.run(ctx, "postgres", req)
-	if n == nil {
-		return nil, "", 0, err
-	}
-	return n, "127.0.0.1", hostPort, err
+	return req
 }
 
 // defaultPGDATA is where the official Postgres images and doublerun's
@@ -270,7 +284,7 @@ func (b *dockerBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 	cfg.ListenAddr = "0.0.0.0"
 	cfg.ListenPort = bouncerPort
 	cfg.AuthFile = bouncerUsers
-	cfg.Databases = bouncerDatabases(cfg.Databases, pgAlias, pgPort)
+	cfg.Databases = bouncerDatabases(cfg.Databases, cmp.Or(b.fwdHost, pgAlias), cmp.Or(b.fwdPort, pgPort))
 	ini, err := cfg.Ini()
 	if err != nil {
 		return nil, "", 0, err
