@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -292,6 +293,9 @@ func (b *nativeBackend) version(ctx context.Context) string {
 }
 
 func (b *nativeBackend) close(context.Context) error {
+	// A server KillPrimary killed left its System V segment, which only a
+	// clean shutdown removes; its processes are gone, so it can go now.
+	releaseSharedMemory(b.dir, slog.New(slog.DiscardHandler))
 	if err := os.RemoveAll(b.dir); err != nil {
 		return fmt.Errorf("native provider: remove %s: %w", b.dir, err)
 	}
