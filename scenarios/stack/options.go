@@ -75,6 +75,12 @@ type Options struct {
 	// PgBouncerBin is the native provider's pgbouncer; default: PATH, then
 	// /usr/sbin/pgbouncer.
 	PgBouncerBin string
+	// Replication, when set, makes the stack an HA pair: a primary and a
+	// streaming standby behind one address the stack repoints when the
+	// standby is promoted, with the oracle on a third server no failover
+	// touches (see "Failover" in the package documentation). Default: one
+	// Postgres, no standby. The docker and native providers can start one.
+	Replication ReplicationMode
 	// Logger receives progress; default discards.
 	Logger *slog.Logger
 
@@ -132,6 +138,9 @@ func (o Options) FromEnv() (Options, error) {
 		}
 	}
 	o.versionsAsked = o.versionsAsked || o.Versions != ""
+	if err := o.Replication.check(); err != nil {
+		return o, err
+	}
 	o.Versions = cmp.Or(o.Versions, DefaultVersions)
 	set, err := LookupVersionSet(o.Versions)
 	if err != nil {
