@@ -117,6 +117,39 @@
 // it), and only runs whose strategy names its token table are checked:
 // without the grants every accepted write would look illegal.
 //
+// # Across a primary failover: a third server
+//
+// On a stack with a standby (stack.Options.Replication) the oracle's
+// connection goes to a third Postgres, the stack's Oracle endpoint, that
+// no fault touches; it is not read back from the promoted standby. The
+// choice was between those two, and a lossy failover decides it:
+//
+//   - What a lossy promotion loses is exactly what proves the harm: the
+//     grant of the token that the new primary then grants again, and the
+//     write made under it. A history read back from the new primary has
+//     the second grant as the first of its token, and porcupine finds a
+//     legal order for a history whose real one had none. A token
+//     regression cannot be seen on the server whose tokens regressed.
+//   - The pieces of work logged on the old primary after its standby
+//     stopped receiving would vanish with it, and a double-run window
+//     would be measured shorter than it was.
+//   - "With the loss accounted for" would need the loss to be known
+//     first, which is what the measurement is for.
+//
+// So the pair holds only what the failover is meant to act on: the
+// lease's token table, the side-effect writes a fence guards, the
+// worker's jobs. Each of those a replica is told about (a grant with its
+// token, a write's commit, an enqueue, a job's completion) it also tells
+// the oracle, on the third server, once it was acknowledged; after the
+// run the surviving rows are read from the new primary once, and what was
+// acknowledged but is gone, or granted twice, is the loss.
+//
+// The oracle stays one clock: on the docker and native providers every
+// server runs on this host and reads the same kernel clock, so the times
+// the pair's servers record (the token table's trigger) and the oracle's
+// compare. An external HA cluster's servers have clocks of their own, and
+// only the oracle server's times are compared there.
+//
 // # The oracle owns its tables
 //
 // No other package names the oracle's tables: replicas log through a
