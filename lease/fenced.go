@@ -64,6 +64,16 @@ type FencedConfig struct {
 	// a replica whose connections take longer than TTL - Margin to open
 	// (a loaded host, slow authentication) still becomes leader.
 	ConnectTimeout time.Duration
+	// Epoch puts the server's timeline in every token's high 32 bits, so
+	// that tokens keep rising across a promotion that lost the last grants
+	// (an asynchronous standby promoted after its primary died). Without
+	// it such a promotion can grant a token again that a live old leader
+	// still holds, and both pass the fence. A grant then reads the name of
+	// the WAL file the server writes, whose first 8 hex digits are the
+	// timeline; a server that cannot name it (pg_walfile_name) fails every
+	// grant. Tokens are above 2^32 with it. See "Fencing across a
+	// failover" in the package documentation.
+	Epoch bool
 	// Logger receives state changes and faults; default discards.
 	Logger *slog.Logger
 }
@@ -113,6 +123,21 @@ SELECT $1::text, $2::text, 1, clock_timestamp(), clock_timestamp(), clock_timest
 WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE name = $1::text AND expires_at > clock_timestamp())
 ON CONFLICT (name) DO UPDATE
 SET holder = excluded.holder, token = l.token + 1, granted_at = excluded.granted_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
+WHERE l.expires_at <= clock_timestamp()
+RETURNING token`
+	// The grant of an Epoch lease: the same statement, with a token of at
+	// least timeline << 32 | 1, so the first grant on a new timeline is
+	// above every token an earlier timeline granted (fewer than 2^32 a
+	// timeline). The timeline is read once per statement, in the one-row
+	// FROM, and only when the NOT EXISTS lets the row through: a
+	// follower's poll costs what it did. Caught by
+	// TestFencedEpochAcrossALossyFailover.
+	fencedEpochGrantSQL = `INSERT INTO %[1]s AS l (name, holder, token, granted_at, renewed_at, expires_at)
+SELECT $1::text, $2::text, e.first, clock_timestamp(), clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond'
+FROM (SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint << 32) + 1 AS first) e
+WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE name = $1::text AND expires_at > clock_timestamp())
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, token = greatest(l.token + 1, excluded.token), granted_at = excluded.granted_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
 WHERE l.expires_at <= clock_timestamp()
 RETURNING token`
 	// Expire the exact term now, so the next poll of any replica takes it.
@@ -275,13 +300,17 @@ func newFenced(cfg FencedConfig) (*Fenced, error) {
 	connCfg.DefaultQueryExecMode = cfg.ExecMode
 	connCfg.RuntimeParams["application_name"] = cfg.ApplicationName
 	table, _ := quoteTable(cfg.Table) // validated above
+	grant := fencedGrantSQL
+	if cfg.Epoch {
+		grant = fencedEpochGrantSQL
+	}
 	f := &Fenced{
 		cfg:         cfg,
 		connCfg:     connCfg,
 		log:         cfg.Logger.With("lease", cfg.Name, "holder", cfg.Holder),
 		table:       table,
 		renew:       fmt.Sprintf(fencedRenewSQL, table),
-		grant:       fmt.Sprintf(fencedGrantSQL, table),
+		grant:       fmt.Sprintf(grant, table),
 		release:     fmt.Sprintf(fencedReleaseSQL, table),
 		termLeftSQL: fmt.Sprintf(fencedTermLeftSQL, table),
 		now:         time.Now,
