@@ -138,11 +138,28 @@
 //
 // So the pair holds only what the failover is meant to act on: the
 // lease's token table, the side-effect writes a fence guards, the
-// worker's jobs. Each of those a replica is told about (a grant with its
-// token, a write's commit, an enqueue, a job's completion) it also tells
-// the oracle, on the third server, once it was acknowledged; after the
-// run the surviving rows are read from the new primary once, and what was
-// acknowledged but is gone, or granted twice, is the loss.
+// worker's jobs. Each of those a replica is told about it also tells the
+// oracle, on the third server, once it was acknowledged: a grant with its
+// token ([Grant]), a write's commit, an enqueue, a job's completion
+// ([Ack]), and each start of a job ([JobRun]). After the run the surviving
+// rows are read from the new primary once ([Survivors]), and [Loss] is the
+// difference (loss.go):
+//
+//   - token regressions: a token acknowledged to a second replica, or a
+//     grant the server recorded whose statement began after a higher
+//     token had been acknowledged;
+//   - lost writes and lost enqueues: acknowledged, and not on the new
+//     primary;
+//   - jobs run again: a start of a job after its completion was
+//     acknowledged (a start before it is the worker's at-least-once
+//     delivery, not a loss).
+//
+// The fence's linearizability check takes the acknowledged grants the
+// server's record lacks as grants too, made somewhere between the run's
+// start and their acknowledgement. That is what lets porcupine see a
+// token granted twice across a lossy promotion: from the new primary
+// alone, the second grant is the first of its token and the history has
+// a legal order (TestFenceCheckAcrossALossyFailover).
 //
 // The oracle stays one clock: on the docker and native providers every
 // server runs on this host and reads the same kernel clock, so the times
