@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 var _ haBackend = (*nativeBackend)(nil)
@@ -70,10 +73,13 @@ func (b *nativeBackend) routerHost(context.Context) (string, error) { return "12
 
 func (b *nativeBackend) forwardBouncers(host string, port int) { b.pgHost, b.pgPort = host, port }
 
-// kill ends the server and every process it started at once with
-// SIGKILL to its process group, as a crash of its machine would, and
-// returns when it has exited. (SIGKILL to the postmaster alone would
-// leave its backends serving their clients until they notice.)
+// kill ends the server and every process it started, as a crash of its
+// machine would, and returns when they are gone. Postgres puts each
+// backend in a session of its own (setsid), so a signal to the
+// postmaster's process group reaches none of them, and a SIGKILLed
+// postmaster's backends go on serving their clients until they notice.
+// So kill stops the postmaster first (it can neither fork nor react),
+// SIGKILLs every child it has then, and the postmaster last.
 func (p *process) kill(ctx context.Context) error {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
@@ -81,15 +87,78 @@ func (p *process) kill(ctx context.Context) error {
 	if cmd == nil {
 		return errors.New("never started")
 	}
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	pid := cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("SIGSTOP %s: %w", p.name, err)
+	}
+	if err := pollUntil(ctx, time.Millisecond, func(context.Context) error {
+		if st, _ := procState(pid); st != 'T' {
+			return fmt.Errorf("%s (pid %d) is not stopped yet", p.name, pid)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	children := childrenOf(pid)
+	for _, c := range children {
+		_ = syscall.Kill(c, syscall.SIGKILL)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("SIGKILL %s: %w", p.name, err)
 	}
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// Orphans are reaped by init; until then they are zombies.
+	return pollUntil(ctx, time.Millisecond, func(context.Context) error {
+		for _, c := range children {
+			if st, err := procState(c); err == nil && st != 'Z' {
+				return fmt.Errorf("%s's process %d still runs", p.name, c)
+			}
+		}
+		return nil
+	})
+}
+
+// procState is the state letter of process pid (R, S, T, Z, ...).
+func procState(pid int) (byte, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 || i+2 >= len(raw) {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, raw)
+	}
+	return raw[i+2], nil
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(raw, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(raw[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // splitHostPort is the host and port of dsn.

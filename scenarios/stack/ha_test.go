@@ -262,7 +262,19 @@ func TestKillInAsyncModeLosesWhatTheStandbyNeverReceived(t *testing.T) {
 			require.NoError(t, s.DetachStandby(ctx))
 			haExec(t, s.Postgres().DSN, "INSERT INTO acked VALUES (3)")
 
+			// On the native provider every process of the primary dies
+			// with it: Postgres gives each backend a session of its own,
+			// so none of them is in the postmaster's process group.
+			var children []int
+			if p, ok := s.postgresNode().(*process); ok {
+				children = childrenOf(p.cmd.Process.Pid)
+				require.NotEmpty(t, children)
+			}
 			require.NoError(t, s.KillPrimary(ctx))
+			for _, c := range children {
+				st, err := procState(c)
+				require.True(t, err != nil || st == 'Z', "process %d of the killed primary is gone (state %c)", c, st)
+			}
 			require.NoError(t, s.Promote(ctx))
 			require.NoError(t, s.Repoint(ctx))
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
