@@ -146,8 +146,8 @@
 // difference (loss.go):
 //
 //   - token regressions: a token acknowledged to a second replica, or a
-//     grant the server recorded whose statement began after a higher
-//     token had been acknowledged;
+//     grant or renewal the server recorded whose statement began after a
+//     higher token had been acknowledged;
 //   - lost writes and lost enqueues: acknowledged, and not on the new
 //     primary;
 //   - jobs run again: a start of a job after its completion was

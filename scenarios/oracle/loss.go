@@ -73,16 +73,18 @@ type Loss struct {
 const (
 	// RegressionReissued: the token had been granted to another replica.
 	RegressionReissued = "reissued"
-	// RegressionBelow: the grant's statement began after a higher token
-	// had been acknowledged.
+	// RegressionBelow: the server granted or renewed a lower token in a
+	// statement that began after a higher one had been acknowledged: the
+	// lease went back, and the fence accepts that lower token again.
 	RegressionBelow = "below"
 )
 
-// TokenRegression is one grant that broke "tokens only rise".
+// TokenRegression is one grant (or renewal) that broke "tokens only
+// rise".
 type TokenRegression struct {
-	// Grant is the grant that regressed: Replica and Token, and At, when
-	// the oracle learnt of it (RegressionReissued) or when the server
-	// received its statement (RegressionBelow).
+	// Grant is what regressed: Replica and Token, and At, when the oracle
+	// learnt of the grant (RegressionReissued) or when the server received
+	// the statement that granted or renewed it (RegressionBelow).
 	Grant Grant `json:"grant"`
 	// Earlier is the acknowledged grant it went back on: the same token
 	// to another replica, or a higher one.
@@ -109,10 +111,13 @@ func loss(h History) *Loss {
 	return l
 }
 
-// tokenRegressions finds the grants that gave out a token again: a token
+// tokenRegressions finds where the lease went back on its tokens: a token
 // acknowledged to a second replica (that acknowledgement regressed), and a
-// grant the server recorded (TokenOps) whose statement began after a
-// higher token had been acknowledged. A token is named once for each.
+// grant or renewal the server recorded (TokenOps) whose statement began
+// after a higher token had been acknowledged. A renewal counts: after a
+// promotion that lost a newer grant, the old holder's renewal of its
+// lower token succeeds, and the fence accepts its writes again. A token
+// is named once.
 //
 // Neither can be a false alarm while tokens rise. A token acknowledged to
 // two replicas was granted twice. And a grant acknowledged (g.At) before
@@ -139,9 +144,8 @@ func tokenRegressions(h History) []TokenRegression {
 		}
 	}
 	for _, op := range h.TokenOps {
-		// Caught by TestTokenRegressions/ARenewalIsNoGrant and
-		// /ATokenIsNamedOnce.
-		if op.Kind != TokenGrant || named[op.Token] {
+		// Caught by TestTokenRegressions/ATokenIsNamedOnce.
+		if named[op.Token] {
 			continue
 		}
 		for _, g := range grants {

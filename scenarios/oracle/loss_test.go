@@ -48,9 +48,11 @@ func TestTokenRegressions(t *testing.T) {
 		{name: "AGrantOfTheSameTokenIsNotBelowIt",
 			grants: []Grant{grant("a", 2, 10)},
 			ops:    []TokenOp{grantOp("b", 2, 50, 55)}},
-		{name: "ARenewalIsNoGrant",
-			grants: []Grant{grant("a", 3, 30)},
-			ops:    []TokenOp{renewOp("b", 2, 50, 55)}},
+		// The old holder's renewal of 2 after b's lost grant of 3.
+		{name: "ARenewalBelowAnAcknowledgedTokenIsARegression",
+			grants: []Grant{grant("a", 2, 10), grant("b", 3, 30)},
+			ops:    []TokenOp{grantOp("a", 2, 0, 5), renewOp("a", 2, 50, 55)},
+			want:   []TokenRegression{{Grant: Grant{Replica: "a", Token: 2, At: at(50)}, Earlier: grant("b", 3, 30), Why: RegressionBelow}}},
 		// 2 is reissued to b and its grant is below 3 as well: once.
 		{name: "ATokenIsNamedOnce",
 			grants: []Grant{grant("a", 2, 10), grant("a", 3, 30), grant("b", 2, 60)},
