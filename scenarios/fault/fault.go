@@ -50,6 +50,10 @@ type Setting struct {
 	AppNames bool
 	// TTL is the lease's TTL, Work the length of one piece of leader work.
 	TTL, Work time.Duration
+	// Replication is the mode of the run's stack when it has a standby
+	// to fail over to (stack.Options.Replication), empty when it has
+	// none: the failover faults apply only then.
+	Replication stack.ReplicationMode
 }
 
 // AppName is the application_name of a replica command's connections,
