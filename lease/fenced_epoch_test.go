@@ -38,9 +38,9 @@ func TestFencedEpoch(t *testing.T) {
 		require.NotContains(t, plain.grant, "pg_walfile_name")
 		epoch, err := newFenced(FencedConfig{DSN: "postgres://u@localhost/db", Epoch: true})
 		require.NoError(t, err)
-		require.Contains(t, epoch.grant, "pg_walfile_name(pg_current_wal_lsn())")
+		require.Contains(t, epoch.grant, "FROM (SELECT "+epochFirstSQL+" AS first) e")
 		require.NotContains(t, plain.renew, "pg_walfile_name")
-		require.Contains(t, epoch.renew, "pg_walfile_name(pg_current_wal_lsn())")
+		require.Contains(t, epoch.renew, "FROM (SELECT "+epochFirstSQL+" AS first) e")
 	})
 
 	t.Run("OneHolderAtATime", func(t *testing.T) {
