@@ -172,10 +172,12 @@
 // No other package names the oracle's tables: replicas log through a
 // [Recorder] (their side-effect write too, [Recorder.SideEffect]), the
 // runner and the faults ask [LatestWork], [WorkBegun] and [AnyWork], and
-// [Load] reads a run back; [RecordTokens] has the server record a
-// lease's token table. A replica in another language writes the same rows
+// [Load] reads a run back ([LoadFailover] from the oracle's server and
+// the pair's primary); [RecordTokens] has the server record a lease's
+// token table. A replica in another language writes the same rows
 // through the functions [Migrate] installs in schema doublerun
 // (doublerun.work_begin, work_end, side_effect, rejected, became_leader,
-// lock_claim, event, next_token; scenarios' documentation gives their
-// arguments), so its times are the server's clock_timestamp() too.
+// lock_claim, event, next_token, and for a failover side_effect_key, ack
+// and job_run; scenarios' documentation gives their arguments), so its
+// times are the server's clock_timestamp() too.
 package oracle
