@@ -72,8 +72,9 @@
 // on the stack's third server, which none of them touches: the faults
 // read it there (stack.Oracle), never through the address they repoint.
 //
-// A failover cannot be undone: a stack serves one. The pair is left with
-// the promoted standby, which the address and the bouncers lead to.
+// A failover cannot be undone: the pair is left with the promoted
+// standby, which the address and the bouncers lead to, until the runner
+// rebuilds the standby (stack.RebuildStandby) for the next cell.
 //
 // # Partitions
 //

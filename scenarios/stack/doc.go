@@ -142,10 +142,12 @@
 // startup process acts on it only where it waits for WAL, which a paused
 // replay never reaches.)
 //
-// A pair serves one failover: nothing makes the old primary a standby
-// again. The servers' data directories are pgdata-pg1 and pgdata-pg2 in a
-// native stack's dir, beside the oracle's pgdata, and Close and the sweep
-// remove the System V segment each one left (a killed server's included).
+// After a failover [Stack.RebuildStandby] clones the node that went down
+// afresh from the new primary, and the pair can fail over again, onto
+// the next timeline: one stack serves a matrix of failover cells. The
+// servers' data directories are pgdata-pg1 and pgdata-pg2 in a native
+// stack's dir, beside the oracle's pgdata, and Close and the sweep remove
+// the System V segment each one left (a killed server's included).
 //
 // # Databases through PgBouncer
 //

@@ -470,6 +470,48 @@ func (s *Stack) CatchUp(ctx context.Context) error {
 	})
 }
 
+// RebuildStandby makes the pair whole again after a failover: the node
+// that went down is removed and cloned afresh from the primary
+// (pg_basebackup -R), and follows it as its standby in the stack's mode,
+// so the stack can fail over again, onto the next timeline. The rebuilt
+// node's direct endpoint is new (Replication reports it); the stack's
+// address stays with the primary. A chaos matrix thus fails one stack
+// over cell after cell rather than starting a pair for each.
+func (s *Stack) RebuildStandby(ctx context.Context) error {
+	down, err := s.withRole("rebuild standby", RoleDown)
+	if err != nil {
+		return err
+	}
+	primary, err := s.withRole("rebuild standby", RolePrimary)
+	if err != nil {
+		return err
+	}
+	if err := down.node.terminate(ctx); err != nil {
+		return fmt.Errorf("rebuild standby: remove %s: %w", down.name, err)
+	}
+	spec := nodeSpec{name: down.name, user: s.user, password: s.password, database: s.database, primary: primary}
+	n, host, port, err := s.ha.backend.startNode(ctx, spec)
+	if n != nil {
+		s.mu.Lock()
+		down.node = n
+		s.mu.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("rebuild standby %s: %w", down.name, err)
+	}
+	ep := Endpoint{Name: down.name, DSN: dsn(s.user, s.password, host, port, s.database)}
+	if err := waitReady(ctx, ep.DSN, n); err != nil {
+		return fmt.Errorf("rebuild standby %s: %w", down.name, err)
+	}
+	if ep.PostgresVersion, err = probe(ctx, ep.DSN); err != nil {
+		return fmt.Errorf("rebuild standby %s: %w", down.name, err)
+	}
+	s.mu.Lock()
+	down.ep, down.role = ep, RoleStandby
+	s.mu.Unlock()
+	return s.ha.configure(ctx, primary, down)
+}
+
 // timelineSQL is a server's timeline: a primary's from the name of the
 // WAL file it writes (its first 8 hex digits), a standby's from its last
 // checkpoint, since a standby writes no WAL of its own.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +24,14 @@ var _ haBackend = (*nativeBackend)(nil)
 // replicate from 127.0.0.1 with its password).
 func (b *nativeBackend) startNode(ctx context.Context, spec nodeSpec) (node, string, int, error) {
 	pgdata := filepath.Join(b.dir, "pgdata-"+spec.name)
+	// A node that RebuildStandby starts again: its old data goes, with
+	// the segment a killed server left (Close would remove both).
+	if _, err := os.Stat(pgdata); err == nil {
+		releaseSharedMemory(b.dir, slog.New(slog.DiscardHandler))
+		if err := os.RemoveAll(pgdata); err != nil {
+			return nil, "", 0, fmt.Errorf("remove the old %s: %w", pgdata, err)
+		}
+	}
 	if spec.primary == nil {
 		if err := b.initdb(ctx, pgdata, spec.user, spec.password); err != nil {
 			return nil, "", 0, err

@@ -379,3 +379,43 @@ func TestRouterRepointClosesConnectionsAndLeadsNewOnesOn(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "b:3\n", got)
 }
+
+// After a failover RebuildStandby clones the node that went down afresh
+// from the new primary, and the pair fails over again, onto timeline 3,
+// still losing nothing in sync mode.
+func TestRebuiltStandbyFailsOverAgain(t *testing.T) {
+	t.Parallel()
+	for _, p := range haProviders(t) {
+		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := startHA(t, p, ReplicationSync)
+			haExec(t, s.Postgres().DSN, "CREATE TABLE acked (i int)")
+			haExec(t, s.Postgres().DSN, "INSERT INTO acked VALUES (1)")
+			require.NoError(t, s.KillPrimary(ctx))
+			require.NoError(t, s.Promote(ctx))
+			require.NoError(t, s.Repoint(ctx))
+			require.ErrorContains(t, s.Promote(ctx), "the pair has no standby left")
+
+			require.NoError(t, s.RebuildStandby(ctx))
+			r, _ := s.Replication()
+			require.Equal(t, []Role{RoleStandby, RolePrimary}, []Role{r.Nodes[0].Role, r.Nodes[1].Role})
+			require.Equal(t, "streaming/sync", haValue[string](t, r.Nodes[1].Endpoint.DSN, "SELECT state || '/' || sync_state FROM pg_stat_replication"))
+			haExec(t, s.Postgres().DSN, "INSERT INTO acked VALUES (2)")
+
+			require.NoError(t, s.KillPrimary(ctx))
+			require.NoError(t, s.Promote(ctx))
+			require.NoError(t, s.Repoint(ctx))
+			tl, err := s.Timeline(ctx, PrimaryName)
+			require.NoError(t, err)
+			require.Equal(t, int64(3), tl)
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			_, err = s.WaitPrimary(wctx, s.Transaction().DSN)
+			require.NoError(t, err)
+			require.Equal(t, []int{1, 2}, haInts(t, s.Postgres().DSN, "SELECT i FROM acked ORDER BY i"))
+			r, _ = s.Replication()
+			require.Equal(t, PrimaryName, r.Routed)
+		})
+	}
+}
