@@ -10,10 +10,11 @@ import (
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // Strategies are the matrix's strategies, in table order.
-var Strategies = []string{scenarios.StrategyAdvisory, scenarios.StrategyAdvisoryUnguarded, scenarios.StrategyAdvisoryWait, scenarios.StrategyFenced}
+var Strategies = []string{strategy.Advisory, strategy.AdvisoryUnguarded, strategy.AdvisoryWait, strategy.Fenced}
 
 // columns are the matrix's faults: no fault, then the catalog in order.
 func columns() []string { return append([]string{fault.None}, fault.Names()...) }

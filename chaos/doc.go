@@ -39,7 +39,12 @@
 // summary_html.go) under its own directory. [Merge] inverts [Shard]: it joins
 // the shards' cells.json into what an unsharded run gives. `doublerun
 // chaos` parses its flags into a RunConfig and prints; `doublerun chaos
-// merge` calls [MergeDirs].
+// merge` calls [MergeDirs]. What the cells gave is a [CellResult] each;
+// [Summary] renders them as summary.md and [SummarySets] across version
+// sets, leading with the cells whose outcome differs between the sets
+// (summary.go, summary_sets.go), [Verdict] judges them, and cells.json
+// (cells.go) is what [Merge] reads back. A run's own files are package
+// report's.
 //
 // [RunMatrix] runs cells one at a time on one stack (a Postgres restart
 // touches every run on the stack), checks after each that every server
@@ -180,9 +185,10 @@
 // scenarios.Topologies and whether its work goes through PgBouncer and
 // through a transaction pool (Pooled, TransactionPooled; topology.go, in
 // package scenarios), and the endpoints the runner gives its lease and its
-// work (endpoints, runner.go). The faults learn of it through
+// work (endpoints, run_prepare.go). The faults learn of it through
 // fault.Setting; a strategy that refuses its lease endpoint says so in
-// CheckStrategyTopology (strategy.go). Then give it a column in every row
+// Strategy.RefusesTransactionPooling (package scenarios/strategy), which
+// CheckStrategyTopology (topology.go) reads. Then give it a column in every row
 // of table.go where a fault applies to it: TestTableIsComplete names every
 // row that lacks it.
 //

@@ -3,13 +3,13 @@ package chaos_test
 import (
 	"testing"
 
-	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/reexec"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
 // The test binary is also the scenario replica: the runner starts it again
-// with DOUBLERUN_REPLICA set.
+// as one (package reexec).
 func TestMain(m *testing.M) {
-	scenarios.MaybeRunReplica()
+	reexec.Main()
 	stacktest.Main(m)
 }

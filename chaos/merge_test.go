@@ -19,14 +19,14 @@ import (
 // fakeRun is what a matrix run on one version set could have given: every
 // cell with figures to the nanosecond (as a run measures them), some
 // failed, one that could not run, one with a repair note.
-func fakeRun(t *testing.T, set string, seed uint64) []report.Result {
+func fakeRun(t *testing.T, set string, seed uint64) []CellResult {
 	t.Helper()
 	rnd := rand.New(rand.NewPCG(seed, 1))
-	var out []report.Result
+	var out []CellResult
 	scs, err := table.place(Matrix(), set, 0, nil)
 	require.NoError(t, err)
 	for i, sc := range scs {
-		c := report.Result{Scenario: sc.WithDefaults(), Wall: time.Duration(rnd.Int64N(int64(20 * time.Second))), Versions: set}
+		c := CellResult{Scenario: sc.WithDefaults(), Wall: time.Duration(rnd.Int64N(int64(20 * time.Second))), Versions: set}
 		if i == 7 {
 			c.Err = errors.New("no replica became leader\nreplica logs: ...")
 			out = append(out, c)
@@ -55,29 +55,29 @@ func fakeRun(t *testing.T, set string, seed uint64) []report.Result {
 }
 
 // writeRun writes cells as `doublerun chaos --shard i/n --out dir` does.
-func writeRun(t *testing.T, dir, set string, all []report.Result, i, n int, wall time.Duration) {
+func writeRun(t *testing.T, dir, set string, all []CellResult, i, n int, wall time.Duration) {
 	t.Helper()
 	var scs []scenarios.Scenario
 	for _, c := range all {
 		scs = append(scs, c.Scenario)
 	}
 	index := Shard(scs, i, n)
-	var cells []report.Result
+	var cells []CellResult
 	for _, k := range index {
 		cells = append(cells, all[k])
 		if all[k].Report != nil {
 			require.NoError(t, report.Write(dir, all[k].Report))
 		}
 	}
-	cells = report.Canonical(cells)
-	require.NoError(t, report.WriteCells(dir, report.ShardResults{Versions: set, Shard: i, Shards: n, Total: len(all), Wall: wall, Results: cells, Index: index}))
-	require.NoError(t, report.WriteSummary(dir, cells, wall))
+	cells = Canonical(cells)
+	require.NoError(t, WriteCells(dir, ShardResults{Versions: set, Shard: i, Shards: n, Total: len(all), Wall: wall, Results: cells, Index: index}))
+	require.NoError(t, WriteSummary(dir, cells, wall))
 }
 
 func TestMergingTheShardsGivesTheUnshardedSummary(t *testing.T) {
 	t.Parallel()
 	sets := []string{"pg15-pgbouncer1.18", "pg17-pgbouncer1.24"}
-	runs := map[string][]report.Result{}
+	runs := map[string][]CellResult{}
 	for k, set := range sets {
 		runs[set] = fakeRun(t, set, uint64(k))
 	}
@@ -85,11 +85,11 @@ func TestMergingTheShardsGivesTheUnshardedSummary(t *testing.T) {
 	for _, n := range []int{2, 5} {
 		t.Run(fmt.Sprintf("Shards%d", n), func(t *testing.T) {
 			t.Parallel()
-			var all []report.Result
+			var all []CellResult
 			walls := map[string]time.Duration{}
 			var dirs []string
 			for _, set := range sets {
-				all = append(all, report.Canonical(runs[set])...)
+				all = append(all, Canonical(runs[set])...)
 				walls[set] = wall
 				for i := 1; i <= n; i++ {
 					dir := filepath.Join(t.TempDir(), set, fmt.Sprintf("shard-%d", i))
@@ -105,11 +105,11 @@ func TestMergingTheShardsGivesTheUnshardedSummary(t *testing.T) {
 			for _, set := range sets {
 				m, err := MergeDirs(dirsOf(dirs, set)...)
 				require.NoError(t, err)
-				require.Equal(t, report.Summary(report.Canonical(runs[set]), wall), m.Summary(), "one version set")
+				require.Equal(t, Summary(Canonical(runs[set]), wall), m.Summary(), "one version set")
 			}
 			m, err := MergeDirs(dirs...)
 			require.NoError(t, err)
-			require.Equal(t, report.SummarySets(all, walls), m.Summary(), "both version sets")
+			require.Equal(t, SummarySets(all, walls), m.Summary(), "both version sets")
 			require.Contains(t, m.Summary(), "# Chaos matrix on 2 version sets")
 		})
 	}

@@ -17,10 +17,10 @@ import (
 // recorded and the next one runs; only the end of ctx stops the matrix
 // early. After each cell every server of the stack must answer; one that
 // does not is started again (stack.Repair), and the cell's Notes say so,
-// so that one crash cannot fail every cell after it. report.Summary
-// renders the result, report.Verdict judges it.
-func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.RunOptions, progress func(done, total int, c report.Result)) []report.Result {
-	results := make([]report.Result, 0, len(cells))
+// so that one crash cannot fail every cell after it. Summary renders the
+// cells' results, Verdict judges them.
+func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.RunOptions, progress func(done, total int, c CellResult)) []CellResult {
+	results := make([]CellResult, 0, len(cells))
 	for i, sc := range cells {
 		if ctx.Err() != nil {
 			break
@@ -57,17 +57,17 @@ func RunMatrix(ctx context.Context, cells []scenarios.Scenario, opts scenarios.R
 
 // runAgain runs sc once more after its run c failed for why, keeping c's
 // notes and saying why in front of them.
-func runAgain(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions, c report.Result, why string) report.Result {
+func runAgain(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions, c CellResult, why string) CellResult {
 	notes := append([]string{"ran again after: " + why}, c.Notes...)
 	again := runCell(ctx, sc, opts)
 	again.Notes = append(notes, again.Notes...)
 	return again
 }
 
-func runCell(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions) report.Result {
+func runCell(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptions) CellResult {
 	begin := time.Now()
 	rep, err := scenarios.Run(ctx, sc, opts)
-	c := report.Result{Scenario: sc, Report: rep, Err: err, Wall: time.Since(begin)}
+	c := CellResult{Scenario: sc, Report: rep, Err: err, Wall: time.Since(begin)}
 	if rep != nil {
 		c.Scenario = rep.Scenario // as it ran, defaults applied
 	}
@@ -88,7 +88,7 @@ func runCell(ctx context.Context, sc scenarios.Scenario, opts scenarios.RunOptio
 // flaked says why c did not measure what it was meant to: the run failed,
 // or a replica exited with an error of its own (a replica killed by the
 // fault ends with "signal: killed", one stopped gracefully with "exit 0").
-func flaked(c report.Result) string {
+func flaked(c CellResult) string {
 	if c.Err != nil {
 		return report.FirstLine(c.Err)
 	}
@@ -110,7 +110,7 @@ func flaked(c report.Result) string {
 // Only a failed verdict of a reproduction is run again; a cell expected
 // to be safe that shows a double-run is a finding, never retried.
 // Caught by TestMissed.
-func missed(c report.Result) string {
+func missed(c CellResult) string {
 	if c.Err != nil || c.Report == nil || c.Report.Verdict.Pass || c.Report.Verdict.Inconclusive {
 		return ""
 	}
@@ -124,7 +124,7 @@ func missed(c report.Result) string {
 // inconclusive says why c's run could not have shown a double-run: its
 // verdict's reason, the validity condition that failed. Caught by
 // TestInconclusiveRunsAgain.
-func inconclusive(c report.Result) string {
+func inconclusive(c CellResult) string {
 	if c.Err != nil || c.Report == nil || !c.Report.Verdict.Inconclusive {
 		return ""
 	}

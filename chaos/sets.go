@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
-	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
@@ -30,7 +30,7 @@ type RunConfig struct {
 	// Replica, when set, runs every cell's replicas as this command
 	// (scenarios.Scenario.Replica); the cell's strategy says what its
 	// lease is like.
-	Replica *scenarios.ReplicaCommand
+	Replica *replica.Command
 	// OutDir receives each cell's report, and per set cells.json and
 	// summary.md (under OutDir/<set> when Sets has several, and then the
 	// summary of all in OutDir/summary.md); empty for no files.
@@ -44,7 +44,7 @@ type RunConfig struct {
 	// cells run.
 	OnSet func(SetStart)
 	// OnResult, if set, sees each cell's result as it comes.
-	OnResult func(done, total int, r report.Result)
+	OnResult func(done, total int, r CellResult)
 }
 
 // SetStart is what RunConfig.OnSet is told of a version set's run.
@@ -74,23 +74,12 @@ type SetStart struct {
 // with an error. When ctx ends it stops after the cell it is in and
 // returns what ran.
 func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, error) {
-	r := setsRun{cfg: cfg, cells: cells, ran: map[string]string{}, out: SetResults{Walls: map[string]time.Duration{}}}
-	if _, err := table.place(cells, "", cfg.Replicas, cfg.Replica); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(cells); err != nil {
 		return SetResults{}, err
 	}
-	sets := cfg.Sets
-	if len(sets) == 0 {
-		sets = []string{""}
-	}
-	r.several = len(sets) > 1
-	r.cfg.Shard, r.cfg.Shards = cmp.Or(cfg.Shard, 1), cmp.Or(cfg.Shards, 1)
-	r.cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	if r.cfg.Start == nil {
-		r.cfg.Start = func(ctx context.Context, set string) (*stack.Stack, func(), error) {
-			return startStack(ctx, set, r.cfg.Logger)
-		}
-	}
-	for _, asked := range sets {
+	r := setsRun{cfg: cfg, cells: cells, several: len(cfg.Sets) > 1, ran: map[string]string{}, out: SetResults{Walls: map[string]time.Duration{}}}
+	for _, asked := range cfg.Sets {
 		if err := r.runOn(ctx, asked); err != nil {
 			return r.out, err
 		}
@@ -108,6 +97,30 @@ func RunSets(ctx context.Context, cells []Cell, cfg RunConfig) (SetResults, erro
 		}
 	}
 	return r.out, nil
+}
+
+// withDefaults returns c with every zero field at its default.
+func (c RunConfig) withDefaults() RunConfig {
+	if len(c.Sets) == 0 {
+		c.Sets = []string{""} // the stack's own choice
+	}
+	c.Shard, c.Shards = cmp.Or(c.Shard, 1), cmp.Or(c.Shards, 1)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.Start == nil {
+		log := c.Logger
+		c.Start = func(ctx context.Context, set string) (*stack.Stack, func(), error) {
+			return startStack(ctx, set, log)
+		}
+	}
+	return c
+}
+
+// validate says what keeps cells from running as c asks, before any
+// stack starts: a cell the table does not hold, or one whose scenario is
+// not valid with c's replicas and command.
+func (c RunConfig) validate(cells []Cell) error {
+	_, err := table.place(cells, "", c.Replicas, c.Replica)
+	return err
 }
 
 // setsRun is one RunSets in progress.
@@ -163,17 +176,17 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 	}
 	// As report.json holds them, so that this summary and a merge of
 	// this directory agree to the character.
-	results = report.Canonical(results)
+	results = Canonical(results)
 	r.out.Results = append(r.out.Results, results...)
 	r.out.Walls[have] += wall
 	if dir == "" {
 		return nil
 	}
-	shard := report.ShardResults{Versions: have, Shard: cfg.Shard, Shards: cfg.Shards, Total: len(scs), Wall: wall, Results: results, Index: index[:len(results)]}
-	if err := report.WriteCells(dir, shard); err != nil {
+	shard := ShardResults{Versions: have, Shard: cfg.Shard, Shards: cfg.Shards, Total: len(scs), Wall: wall, Results: results, Index: index[:len(results)]}
+	if err := WriteCells(dir, shard); err != nil {
 		return err
 	}
-	if err := report.WriteSummary(dir, results, wall); err != nil {
+	if err := WriteSummary(dir, results, wall); err != nil {
 		return err
 	}
 	return writeSummaryHTML(dir, results, wall, beside)
@@ -182,7 +195,7 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 // place returns the scenario of each cell on the version set set,
 // expecting what t says there, with replicas replicas each when it is not
 // 0. The error is the first cell's that is not valid.
-func (t Table) place(cells []Cell, set string, replicas int, command *scenarios.ReplicaCommand) ([]scenarios.Scenario, error) {
+func (t Table) place(cells []Cell, set string, replicas int, command *replica.Command) ([]scenarios.Scenario, error) {
 	out := make([]scenarios.Scenario, len(cells))
 	for i, c := range cells {
 		c.Versions = set
@@ -210,9 +223,7 @@ func startStack(ctx context.Context, set string, log *slog.Logger) (*stack.Stack
 		return nil, nil, err
 	}
 	return s, func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := s.Close(cctx); err != nil {
+		if err := s.Shutdown(ctx); err != nil {
 			log.Error("stack cleanup", "err", err)
 		}
 	}, nil

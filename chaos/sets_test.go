@@ -12,9 +12,9 @@ import (
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
-	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // RunSets runs the cells on each set's stack, placed on the set its
@@ -30,13 +30,13 @@ func TestRunSetsSkipsServersThatRanAndWritesWhatMergeReads(t *testing.T) {
 	asked := []string{"pg15-pgbouncer1.18", "pg17-pgbouncer1.24"}
 	var starts []chaos.SetStart
 	var lines []string
-	res, err := chaos.RunSets(ctx, []chaos.Cell{{Strategy: scenarios.StrategyFenced, Topology: scenarios.Direct, Fault: fault.None}}, chaos.RunConfig{
+	res, err := chaos.RunSets(ctx, []chaos.Cell{{Strategy: strategy.Fenced, Topology: scenarios.Direct, Fault: fault.None}}, chaos.RunConfig{
 		Sets: asked, Replicas: 3, OutDir: out,
 		// Every set gets the one shared stack, as the native provider
 		// gives its own servers whatever set is asked.
 		Start:    func(context.Context, string) (*stack.Stack, func(), error) { return s, func() {}, nil },
 		OnSet:    func(st chaos.SetStart) { starts = append(starts, st) },
-		OnResult: func(done, total int, r report.Result) { lines = append(lines, r.Line()) },
+		OnResult: func(done, total int, r chaos.CellResult) { lines = append(lines, r.Line()) },
 	})
 	require.NoError(t, err)
 	have := s.Versions().Set
@@ -75,9 +75,9 @@ func TestRunSetsRefusesABadCellBeforeAnyStack(t *testing.T) {
 		replicas int
 		want     string
 	}{
-		{chaos.Cell{Strategy: scenarios.StrategyFenced, Topology: scenarios.Transaction, Fault: fault.TerminateLeaderBackend.Name()}, 0,
+		{chaos.Cell{Strategy: strategy.Fenced, Topology: scenarios.Transaction, Fault: fault.TerminateLeaderBackend.Name()}, 0,
 			`cell fenced/transaction/TERMINATE_LEADER_BACKEND: field "fault": TERMINATE_LEADER_BACKEND does not apply`},
-		{chaos.Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Transaction, Fault: fault.None}, 1,
+		{chaos.Cell{Strategy: strategy.Advisory, Topology: scenarios.Transaction, Fault: fault.None}, 1,
 			`cell advisory/transaction/none: field "replicas": 1 is too few for expect reproduces`},
 	} {
 		_, err := chaos.RunSets(context.Background(), []chaos.Cell{tc.cell}, chaos.RunConfig{Replicas: tc.replicas, Start: start})

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
-	"github.com/doublerun/doublerun/scenarios/report"
 )
 
 // ParseShard reads a shard such as "2/4": the second of four slices, from
@@ -63,32 +62,32 @@ func Shard(cells []scenarios.Scenario, i, n int) []int {
 // in the order of the unsharded selection, with each set's wall time (its
 // shards' total). RunSets returns it, and Merge joins shards into it.
 type SetResults struct {
-	Results []report.Result
+	Results []CellResult
 	Walls   map[string]time.Duration
 	// Planned is how many cells were to run: more than ran when the run
 	// was cut short.
 	Planned int
 }
 
-// Summary is the results' report.SummarySets.
-func (r SetResults) Summary() string { return report.SummarySets(r.Results, r.Walls) }
+// Summary is the results' SummarySets.
+func (r SetResults) Summary() string { return SummarySets(r.Results, r.Walls) }
 
-// Verdict judges the results (report.Verdict).
-func (r SetResults) Verdict() scenarios.Verdict { return report.Verdict(r.Results) }
+// Verdict judges the results (Verdict).
+func (r SetResults) Verdict() scenarios.Verdict { return Verdict(r.Results) }
 
 // MergeDirs finds every cells.json under dirs (a run's --out, or a
 // directory holding several) and merges the shards they hold (Merge).
 func MergeDirs(dirs ...string) (SetResults, error) {
-	var shards []report.ShardResults
+	var shards []ShardResults
 	for _, d := range dirs {
 		err := filepath.WalkDir(d, func(path string, de fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
-			if de.IsDir() || de.Name() != report.CellsFile {
+			if de.IsDir() || de.Name() != CellsFile {
 				return nil
 			}
-			r, err := report.ReadCells(filepath.Dir(path))
+			r, err := ReadCells(filepath.Dir(path))
 			if err != nil {
 				return err
 			}
@@ -100,7 +99,7 @@ func MergeDirs(dirs ...string) (SetResults, error) {
 		}
 	}
 	if len(shards) == 0 {
-		return SetResults{}, fmt.Errorf("no %s under %s; pass the --out directories of `doublerun chaos` runs", report.CellsFile, strings.Join(dirs, ", "))
+		return SetResults{}, fmt.Errorf("no %s under %s; pass the --out directories of `doublerun chaos` runs", CellsFile, strings.Join(dirs, ", "))
 	}
 	return Merge(shards)
 }
@@ -109,20 +108,20 @@ func MergeDirs(dirs ...string) (SetResults, error) {
 // one selection, each once, into the results an unsharded run gives. A
 // shard missing, present twice or of another split, or a cell in two
 // shards, is an error that names it.
-func Merge(shards []report.ShardResults) (SetResults, error) {
-	bySet := map[string][]report.ShardResults{}
+func Merge(shards []ShardResults) (SetResults, error) {
+	bySet := map[string][]ShardResults{}
 	for _, r := range shards {
 		bySet[r.Versions] = append(bySet[r.Versions], r)
 	}
 	m := SetResults{Walls: map[string]time.Duration{}}
-	sets := slices.SortedFunc(maps.Keys(bySet), report.CompareSets)
+	sets := slices.SortedFunc(maps.Keys(bySet), CompareSets)
 	for _, set := range sets {
 		rs := bySet[set]
 		n, total := rs[0].Shards, rs[0].Total
 		seen := map[int]bool{}
 		type indexed struct {
 			i int
-			r report.Result
+			r CellResult
 		}
 		var results []indexed
 		where := map[int]int{}

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // SummaryHTMLFile is the page beside summary.md that shows the matrix as
@@ -23,7 +23,7 @@ const SummaryHTMLFile = "summary.html"
 
 // htmlVerdict is how the page names and colours a cell's outcome: ERROR
 // when the cell could not run as designed, else the verdict.
-func htmlVerdict(c report.Result) string {
+func htmlVerdict(c CellResult) string {
 	switch {
 	case c.Err != nil || c.Report == nil:
 		return "ERROR"
@@ -41,9 +41,9 @@ func htmlVerdict(c report.Result) string {
 // needs no server, no script and no network: the panels open by URL
 // fragment (CSS :target). dirOf gives the directory, relative to the
 // page, under which a cell's report directory lies ("" for beside it).
-func SummaryHTML(cells []report.Result, wall time.Duration, dirOf func(report.Result) string) string {
+func SummaryHTML(cells []CellResult, wall time.Duration, dirOf func(CellResult) string) string {
 	var b strings.Builder
-	failed := report.Failed(cells)
+	failed := Failed(cells)
 	b.WriteString(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>doublerun chaos matrix</title>
 <style>
@@ -65,11 +65,11 @@ table.grid{border-collapse:collapse;margin-bottom:1.5em}
 	fmt.Fprintf(&b, "<h1>Chaos matrix</h1>\n<p>%d cells, %d matched their expectation, %d did not; wall time %s.</p>\n",
 		len(cells), len(cells)-len(failed), len(failed), wall.Round(time.Second))
 	b.WriteString(`<p class="legend"><span class="PASS">PASS</span><span class="FAIL">FAIL</span><span class="ERROR">ERROR: could not run as designed</span> Click a cell for its timeline.</p>` + "\n")
-	bySet := map[string][]report.Result{}
+	bySet := map[string][]CellResult{}
 	for _, c := range cells {
-		bySet[report.ResultVersions(c)] = append(bySet[report.ResultVersions(c)], c)
+		bySet[c.VersionSet()] = append(bySet[c.VersionSet()], c)
 	}
-	sets := slices.SortedFunc(maps.Keys(bySet), report.CompareSets)
+	sets := slices.SortedFunc(maps.Keys(bySet), CompareSets)
 	var panels strings.Builder
 	n := 0
 	for _, set := range sets {
@@ -77,8 +77,8 @@ table.grid{border-collapse:collapse;margin-bottom:1.5em}
 		fmt.Fprintf(&b, "<h2>%s</h2>\n", html.EscapeString(cmp.Or(set, "unknown versions")))
 		type column struct{ strategy, topology string }
 		var cols []column
-		byKey := map[string]report.Result{}
-		strategies := scenarios.StrategyNames()
+		byKey := map[string]CellResult{}
+		strategies := strategy.Names()
 		for _, c := range group {
 			col := column{c.Scenario.Strategy, c.Scenario.Topology.String()}
 			if !slices.Contains(cols, col) {
@@ -133,7 +133,7 @@ table.grid{border-collapse:collapse;margin-bottom:1.5em}
 
 // writePanel writes the panel cell c opens: its figures, its verdict's
 // reason, its links and its timeline.
-func writePanel(b *strings.Builder, id, set string, c report.Result, dir string) {
+func writePanel(b *strings.Builder, id, set string, c CellResult, dir string) {
 	sc := c.Scenario
 	fmt.Fprintf(b, `<section class="panel" id="%s"><h3>%s <small>%s</small></h3>`+"\n", id, html.EscapeString(sc.Name), html.EscapeString(set))
 	fmt.Fprintf(b, "<p><b>%s</b> (expect %s): %s</p>\n", htmlVerdict(c), html.EscapeString(string(sc.Expect)), html.EscapeString(c.Verdict().Reason))
@@ -152,7 +152,7 @@ func writePanel(b *strings.Builder, id, set string, c report.Result, dir string)
 }
 
 // writeSummaryHTML writes SummaryHTML into dir/summary.html.
-func writeSummaryHTML(dir string, cells []report.Result, wall time.Duration, dirOf func(report.Result) string) error {
+func writeSummaryHTML(dir string, cells []CellResult, wall time.Duration, dirOf func(CellResult) string) error {
 	p := filepath.Join(dir, SummaryHTMLFile)
 	if err := os.WriteFile(p, []byte(SummaryHTML(cells, wall, dirOf)), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
@@ -161,7 +161,7 @@ func writeSummaryHTML(dir string, cells []report.Result, wall time.Duration, dir
 }
 
 // beside is the dirOf of a page in the directory of the cells' reports.
-func beside(report.Result) string { return "" }
+func beside(CellResult) string { return "" }
 
 // writeSummaryHTML writes the page of a run on several sets into the run's
 // directory, each cell's links under its set's directory.
@@ -170,7 +170,7 @@ func (r *setsRun) writeSummaryHTML() error {
 	for _, w := range r.out.Walls {
 		total += w
 	}
-	return writeSummaryHTML(r.cfg.OutDir, r.out.Results, total, func(c report.Result) string { return r.ran[c.Versions] })
+	return writeSummaryHTML(r.cfg.OutDir, r.out.Results, total, func(c CellResult) string { return r.ran[c.Versions] })
 }
 
 // WriteSummaryHTML writes the page of merged results into dir/summary.html,
@@ -181,5 +181,5 @@ func (r SetResults) WriteSummaryHTML(dir string) error {
 	for _, w := range r.Walls {
 		total += w
 	}
-	return writeSummaryHTML(dir, r.Results, total, func(c report.Result) string { return c.Versions })
+	return writeSummaryHTML(dir, r.Results, total, func(c CellResult) string { return c.Versions })
 }

@@ -17,17 +17,17 @@ import (
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
-	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // htmlCell is a result for the page's tests: a run of two (or three)
 // replicas with one overlap when overlap is set, judged pass or not, or a
 // cell that could not run when failed is set.
-func htmlCell(strategy string, kind scenarios.TopologyKind, f string, replicas int, pass, overlap bool, failed error) report.Result {
+func htmlCell(strategy string, kind scenarios.TopologyKind, f string, replicas int, pass, overlap bool, failed error) CellResult {
 	sc := scenarios.Scenario{Name: strategy + "/" + string(kind) + "/" + f, Strategy: strategy, Topology: scenarios.Topology{Kind: kind}, Fault: f, Expect: scenarios.ExpectSafe, Replicas: replicas}
 	if failed != nil {
-		return report.Result{Scenario: sc, Err: failed, Versions: "pg15-pgbouncer1.18"}
+		return CellResult{Scenario: sc, Err: failed, Versions: "pg15-pgbouncer1.18"}
 	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -43,16 +43,16 @@ func htmlCell(strategy string, kind scenarios.TopologyKind, f string, replicas i
 		r.Metrics.Leaderless.Total = oracle.Duration(98765432 * time.Millisecond)
 		r.Metrics.StaleWrites = oracle.StaleWrites{Accepted: 123456, Rejected: 654321}
 	}
-	return report.Result{Scenario: sc, Report: r, Versions: "pg15-pgbouncer1.18"}
+	return CellResult{Scenario: sc, Report: r, Versions: "pg15-pgbouncer1.18"}
 }
 
-func htmlCells() []report.Result {
-	return []report.Result{
-		htmlCell(scenarios.StrategyAdvisory, scenarios.Direct, fault.None, 2, true, false, nil),
-		htmlCell(scenarios.StrategyAdvisory, scenarios.Transaction, fault.None, 2, false, true, nil),
-		htmlCell(scenarios.StrategyAdvisory, scenarios.Pinned, fault.KillLeader.Name(), 2, true, false, nil),
-		htmlCell(scenarios.StrategyFenced, scenarios.Transaction, fault.FreezeLeader.Name(), 3, true, true, nil),
-		htmlCell(scenarios.StrategyFenced, scenarios.Direct, fault.KillLeader.Name(), 2, false, false, errors.New("replica r2 failed")),
+func htmlCells() []CellResult {
+	return []CellResult{
+		htmlCell(strategy.Advisory, scenarios.Direct, fault.None, 2, true, false, nil),
+		htmlCell(strategy.Advisory, scenarios.Transaction, fault.None, 2, false, true, nil),
+		htmlCell(strategy.Advisory, scenarios.Pinned, fault.KillLeader.Name(), 2, true, false, nil),
+		htmlCell(strategy.Fenced, scenarios.Transaction, fault.FreezeLeader.Name(), 3, true, true, nil),
+		htmlCell(strategy.Fenced, scenarios.Direct, fault.KillLeader.Name(), 2, false, false, errors.New("replica r2 failed")),
 	}
 }
 
@@ -72,7 +72,7 @@ func TestSummaryHTMLText(t *testing.T) {
 	require.Equal(t, "ERROR", htmlVerdict(cells[4]))
 	require.Equal(t, "FAIL", htmlVerdict(cells[1]))
 	require.Equal(t, "PASS", htmlVerdict(cells[0]))
-	off := SummaryHTML(cells, time.Minute, func(report.Result) string { return "pg17-pgbouncer1.24" })
+	off := SummaryHTML(cells, time.Minute, func(CellResult) string { return "pg17-pgbouncer1.24" })
 	require.Contains(t, off, `href="pg17-pgbouncer1.24/advisory/transaction/none/report.md"`)
 }
 

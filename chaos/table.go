@@ -9,6 +9,7 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // Column is where in a row of the table an expectation holds: a topology,
@@ -111,98 +112,98 @@ var table = Table{
 		fault.None: {
 			Why: "no fault: one leader at a time wherever the lease's lock excludes the other replica; measured in every full run",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
-				scenarios.StrategyFenced:            {direct: safe, session: safe, tx: safe, pinned: safe, alias: safe},
+				strategy.Advisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
+				strategy.Fenced:            {direct: safe, session: safe, tx: safe, pinned: safe, alias: safe},
 			}},
 		fault.TerminateLeaderBackend.Name(): {
 			Why: "the lock dies with the backend at once, the old leader learns of it only at its next poll, after the rest of its piece, while the follower already leads (finding 1; waiting makes the overlap longer, finding 11); the fenced lease has no backend of its own to lose",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {direct: repr, session: repr, tx: repr, tx2: orph, tx4: orph, pinned: repr, alias: repr},
-				scenarios.StrategyAdvisoryUnguarded: {direct: repr, session: repr, tx: repr, tx2: orph, tx4: orph, pinned: repr, alias: repr},
-				scenarios.StrategyAdvisoryWait:      {direct: repr, session: repr, pinned: repr, alias: repr},
-				scenarios.StrategyFenced:            {},
+				strategy.Advisory:          {direct: repr, session: repr, tx: repr, tx2: orph, tx4: orph, pinned: repr, alias: repr},
+				strategy.AdvisoryUnguarded: {direct: repr, session: repr, tx: repr, tx2: orph, tx4: orph, pinned: repr, alias: repr},
+				strategy.AdvisoryWait:      {direct: repr, session: repr, pinned: repr, alias: repr},
+				strategy.Fenced:            {},
 			}},
 		fault.KillLeader.Name(): {
 			Why: "SIGKILL closes the leader's sockets, so the server frees its lock at once and the follower leads after the leader is gone; the fenced lease waits out its TTL",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
-				scenarios.StrategyFenced:            {direct: safe, session: safe, tx: safe, pinned: safe, alias: safe},
+				strategy.Advisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
+				strategy.Fenced:            {direct: safe, session: safe, tx: safe, pinned: safe, alias: safe},
 			}},
 		fault.FreezeLeader.Name(): {
 			Why: "a frozen advisory leader keeps its connection and so its lock, and nobody leads meanwhile; the fenced lease expires under a frozen leader, whose late write the fence refuses (finding 2)",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
-				scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
+				strategy.Advisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
+				strategy.Fenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
 			}},
 		fault.PartitionLeader.Name(): {
 			Why: "the server keeps the advisory lock on the partitioned leader's backend until the heal (finding 3), whose closing connections can overlap two leaders by milliseconds on a direct or pinned endpoint, guarded or not (finding 13): overlap allowed there, no stale write accepted; the fenced lease fails over after its TTL and overlaps the partitioned piece",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {direct: fenc, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {direct: fenc, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {direct: fenc, session: safe, pinned: fenc, alias: safe},
-				scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
+				strategy.Advisory:          {direct: fenc, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: safe},
+				strategy.AdvisoryUnguarded: {direct: fenc, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: safe},
+				strategy.AdvisoryWait:      {direct: fenc, session: safe, pinned: fenc, alias: safe},
+				strategy.Fenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
 			}},
 		fault.DelayLeader.Name(): {
 			Why: "added latency slows the advisory leader's calls but leaves its lock where it is; the fenced lease's renewal can come back after its TTL",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
-				scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
+				strategy.Advisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
+				strategy.Fenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
 			}},
 		fault.PgBouncerPause.Name(): {
 			Why: "PAUSE never takes hold in session pooling while a lease keeps its session (finding 9); on pinned and alias it stalls the work but not the lease, so the fenced lease fails over while the old leader's write waits",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {session: safe, pinned: safe, alias: safe},
-				scenarios.StrategyFenced:            {session: safe, tx: fenc, pinned: fenc, alias: fenc},
+				strategy.Advisory:          {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryUnguarded: {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryWait:      {session: safe, pinned: safe, alias: safe},
+				strategy.Fenced:            {session: safe, tx: fenc, pinned: fenc, alias: fenc},
 			}},
 		fault.PgBouncerKill.Name(): {
 			Why: "killing the session pool's connections ends the lease's backend as TERMINATE does, with less room: the old leader's work connections break too (finding 8)",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {session: fenc, pinned: safe, alias: safe},
-				scenarios.StrategyFenced:            {session: safe, tx: safe, pinned: safe, alias: safe},
+				strategy.Advisory:          {session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryUnguarded: {session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryWait:      {session: fenc, pinned: safe, alias: safe},
+				strategy.Fenced:            {session: safe, tx: safe, pinned: safe, alias: safe},
 			}},
 		fault.PgBouncerReconnect.Name(): {
 			Why: "RECONNECT closes server connections only once they are idle, and never the lease's session, so no lock moves",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {session: safe, pinned: safe, alias: safe},
-				scenarios.StrategyFenced:            {session: safe, tx: safe, pinned: safe, alias: safe},
+				strategy.Advisory:          {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryUnguarded: {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryWait:      {session: safe, pinned: safe, alias: safe},
+				strategy.Fenced:            {session: safe, tx: safe, pinned: safe, alias: safe},
 			}},
 		fault.PgBouncerRestart.Name(): {
 			Why: "the restart drops the lease's session and the work's backends together, so the follower can take the lock while the old leader's piece still runs (finding 8)",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: fenc},
-				scenarios.StrategyAdvisoryUnguarded: {session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: fenc},
-				scenarios.StrategyAdvisoryWait:      {session: fenc, pinned: fenc, alias: fenc},
-				scenarios.StrategyFenced:            {session: safe, tx: safe, pinned: safe, alias: safe},
+				strategy.Advisory:          {session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: fenc},
+				strategy.AdvisoryUnguarded: {session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: fenc},
+				strategy.AdvisoryWait:      {session: fenc, pinned: fenc, alias: fenc},
+				strategy.Fenced:            {session: safe, tx: safe, pinned: safe, alias: safe},
 			}},
 		fault.PostgresRestart.Name(): {
 			Why: "the old leader's piece hangs in a write the restart broke while the follower takes the freed lock, in some runs and not others (finding 4)",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {direct: fenc, session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: fenc},
-				scenarios.StrategyAdvisoryUnguarded: {direct: fenc, session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: fenc},
-				scenarios.StrategyAdvisoryWait:      {direct: fenc, session: fenc, pinned: fenc, alias: fenc},
-				scenarios.StrategyFenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
+				strategy.Advisory:          {direct: fenc, session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: fenc},
+				strategy.AdvisoryUnguarded: {direct: fenc, session: fenc, tx: repr, tx2: orph, tx4: orph, pinned: fenc, alias: fenc},
+				strategy.AdvisoryWait:      {direct: fenc, session: fenc, pinned: fenc, alias: fenc},
+				strategy.Fenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
 			}},
 		fault.GracefulHandover.Name(): {
 			Why: "the leader ends its piece and then releases, so the follower leads after it; on the session name the reset query frees the lock (alias)",
 			Rows: map[string]Row{
-				scenarios.StrategyAdvisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
-				scenarios.StrategyAdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
-				scenarios.StrategyFenced:            {direct: safe, session: safe, tx: safe, pinned: safe, alias: safe},
+				strategy.Advisory:          {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryUnguarded: {direct: safe, session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
+				strategy.AdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
+				strategy.Fenced:            {direct: safe, session: safe, tx: safe, pinned: safe, alias: safe},
 			}},
 	},
 }

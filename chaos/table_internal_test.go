@@ -13,6 +13,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 var updateDoc = flag.Bool("update-doc", false, "rewrite the expectation table in doc.go from table.go")
@@ -89,15 +90,15 @@ func TestExpectReadsTheCellsFields(t *testing.T) {
 		want scenarios.Expectation
 		col  Column
 	}{
-		{"PoolOfOne", Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Transaction, Fault: kill}, repr, tx},
-		{"PoolOfOneSaidSo", Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Transaction, PoolSize: 1, Fault: kill}, repr, tx},
-		{"PoolOfFour", Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Transaction, PoolSize: 4, Fault: kill}, orph, tx4},
-		{"PoolOfThreeWasNotMeasured", Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Transaction, PoolSize: 3, Fault: kill}, repr, tx},
-		{"FencedAtPoolFour", Cell{Strategy: scenarios.StrategyFenced, Topology: scenarios.Transaction, PoolSize: 4, Fault: kill}, safe, tx},
-		{"PinnedAtPoolFour", Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Pinned, PoolSize: 4, Fault: kill}, safe, pinned},
-		{"PoolSizeOfDirectMeansNothing", Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Direct, PoolSize: 4, Fault: kill}, safe, direct},
-		{"Alias", Cell{Strategy: scenarios.StrategyAdvisoryUnguarded, Topology: scenarios.Alias, Fault: fault.PartitionLeader.Name()}, safe, alias},
-		{"AnotherVersionSet", Cell{Strategy: scenarios.StrategyFenced, Topology: scenarios.Transaction, Fault: kill, Versions: "pg17-pgbouncer1.24"}, safe, tx},
+		{"PoolOfOne", Cell{Strategy: strategy.Advisory, Topology: scenarios.Transaction, Fault: kill}, repr, tx},
+		{"PoolOfOneSaidSo", Cell{Strategy: strategy.Advisory, Topology: scenarios.Transaction, PoolSize: 1, Fault: kill}, repr, tx},
+		{"PoolOfFour", Cell{Strategy: strategy.Advisory, Topology: scenarios.Transaction, PoolSize: 4, Fault: kill}, orph, tx4},
+		{"PoolOfThreeWasNotMeasured", Cell{Strategy: strategy.Advisory, Topology: scenarios.Transaction, PoolSize: 3, Fault: kill}, repr, tx},
+		{"FencedAtPoolFour", Cell{Strategy: strategy.Fenced, Topology: scenarios.Transaction, PoolSize: 4, Fault: kill}, safe, tx},
+		{"PinnedAtPoolFour", Cell{Strategy: strategy.Advisory, Topology: scenarios.Pinned, PoolSize: 4, Fault: kill}, safe, pinned},
+		{"PoolSizeOfDirectMeansNothing", Cell{Strategy: strategy.Advisory, Topology: scenarios.Direct, PoolSize: 4, Fault: kill}, safe, direct},
+		{"Alias", Cell{Strategy: strategy.AdvisoryUnguarded, Topology: scenarios.Alias, Fault: fault.PartitionLeader.Name()}, safe, alias},
+		{"AnotherVersionSet", Cell{Strategy: strategy.Fenced, Topology: scenarios.Transaction, Fault: kill, Versions: "pg17-pgbouncer1.24"}, safe, tx},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -112,11 +113,11 @@ func TestExpectReadsTheCellsFields(t *testing.T) {
 		})
 	}
 	for _, c := range []Cell{
-		{Strategy: scenarios.StrategyFenced, Topology: scenarios.Transaction, Fault: fault.TerminateLeaderBackend.Name()},
-		{Strategy: scenarios.StrategyFenced, Topology: scenarios.Transaction, PoolSize: 4, Fault: fault.TerminateLeaderBackend.Name()},
-		{Strategy: scenarios.StrategyAdvisoryWait, Topology: scenarios.Transaction, PoolSize: 2, Fault: kill},
-		{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Direct, Fault: fault.PgBouncerKill.Name()},
-		{Strategy: scenarios.StrategyFencedWait, Topology: scenarios.Direct, Fault: kill},
+		{Strategy: strategy.Fenced, Topology: scenarios.Transaction, Fault: fault.TerminateLeaderBackend.Name()},
+		{Strategy: strategy.Fenced, Topology: scenarios.Transaction, PoolSize: 4, Fault: fault.TerminateLeaderBackend.Name()},
+		{Strategy: strategy.AdvisoryWait, Topology: scenarios.Transaction, PoolSize: 2, Fault: kill},
+		{Strategy: strategy.Advisory, Topology: scenarios.Direct, Fault: fault.PgBouncerKill.Name()},
+		{Strategy: strategy.FencedWait, Topology: scenarios.Direct, Fault: kill},
 	} {
 		_, ok := Expect(c)
 		require.False(t, ok, "%s is no cell of the matrix", c.Name())
@@ -141,12 +142,12 @@ func TestVersionOverrideReachesEveryPoolSize(t *testing.T) {
 		tbl.Faults[f] = Block{Why: b.Why, Rows: rows}
 	}
 	kill := fault.KillLeader.Name()
-	tbl.Faults[kill].Rows[scenarios.StrategyFenced][onSet] = fenc
+	tbl.Faults[kill].Rows[strategy.Fenced][onSet] = fenc
 	// The advisory cells have a pool size's column too: the set's at
 	// those sizes is a column of both (TestTableIsComplete).
-	tbl.Faults[kill].Rows[scenarios.StrategyAdvisory][onSet] = fenc
-	tbl.Faults[kill].Rows[scenarios.StrategyAdvisory][t2OnSet] = safe
-	tbl.Faults[kill].Rows[scenarios.StrategyAdvisory][t4OnSet] = fenc
+	tbl.Faults[kill].Rows[strategy.Advisory][onSet] = fenc
+	tbl.Faults[kill].Rows[strategy.Advisory][t2OnSet] = safe
+	tbl.Faults[kill].Rows[strategy.Advisory][t4OnSet] = fenc
 	tbl.Columns[onSet] = "measured on the set"
 	tbl.Columns[t2OnSet] = "measured on the set at pool size 2"
 	tbl.Columns[t4OnSet] = "measured on the set at pool size 4"
@@ -179,7 +180,7 @@ func TestVersionOverrideReachesEveryPoolSize(t *testing.T) {
 			require.Equal(t, e, got[name], "%s on %q", name, set)
 		}
 	}
-	e, ok := tbl.Expect(Cell{Strategy: scenarios.StrategyAdvisory, Topology: scenarios.Transaction, PoolSize: 4, Fault: kill, Versions: set})
+	e, ok := tbl.Expect(Cell{Strategy: strategy.Advisory, Topology: scenarios.Transaction, PoolSize: 4, Fault: kill, Versions: set})
 	require.True(t, ok)
 	require.Equal(t, t4OnSet, e.Column)
 	require.Contains(t, e.Why, "TRANSACTION-POOL4@pg17-pgbouncer1.24: measured on the set at pool size 4")

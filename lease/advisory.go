@@ -212,17 +212,15 @@ func NewAdvisory(ctx context.Context, cfg AdvisoryConfig) (*Advisory, error) {
 	return a, nil
 }
 
+// connection is the lease connection's DSN and application_name.
+func (c AdvisoryConfig) connection() (dsn, applicationName string) { return c.DSN, c.ApplicationName }
+
 // newAdvisory builds an Advisory without touching the server.
 func newAdvisory(cfg AdvisoryConfig) (*Advisory, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("lease: advisory config: %w", err)
-	}
-	connCfg, err := pgx.ParseConfig(cfg.DSN)
+	cfg, connCfg, err := prepare("advisory", cfg)
 	if err != nil {
-		return nil, fmt.Errorf("lease: advisory config: parse DSN: %w", err)
+		return nil, err
 	}
-	connCfg.RuntimeParams["application_name"] = cfg.ApplicationName
 	if connCfg.ConnectTimeout == 0 || connCfg.ConnectTimeout > cfg.ProbeTimeout {
 		connCfg.ConnectTimeout = cfg.ProbeTimeout
 	}

@@ -36,6 +36,33 @@ type conn interface {
 	Close(ctx context.Context) error
 }
 
+// leaseConfig is what the config of every lease of this package has: its
+// defaults, one check, and the DSN and application_name of the lease's
+// own connection.
+type leaseConfig[C any] interface {
+	withDefaults() C
+	validate() error
+	connection() (dsn, applicationName string)
+}
+
+// prepare is how every lease of this package starts, River's rule: cfg
+// with its defaults, then checked, and the configuration of the lease's
+// own connection, parsed from its DSN and named by its application_name.
+// kind names the lease in errors ("advisory", "fenced").
+func prepare[C leaseConfig[C]](kind string, cfg C) (C, *pgx.ConnConfig, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return cfg, nil, fmt.Errorf("lease: %s config: %w", kind, err)
+	}
+	dsn, applicationName := cfg.connection()
+	connCfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("lease: %s config: parse DSN: %w", kind, err)
+	}
+	connCfg.RuntimeParams["application_name"] = applicationName
+	return cfg, connCfg, nil
+}
+
 // defaultWaitTimeout is how long one Acquire of a waiting lease waits for
 // the lease to come free when its config leaves WaitTimeout 0: short enough
 // that a follower reports in every second (the worker stamps its heartbeat

@@ -313,17 +313,15 @@ func NewFenced(ctx context.Context, cfg FencedConfig) (*Fenced, error) {
 	return f, nil
 }
 
+// connection is the lease connection's DSN and application_name.
+func (c FencedConfig) connection() (dsn, applicationName string) { return c.DSN, c.ApplicationName }
+
 func newFenced(cfg FencedConfig) (*Fenced, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("lease: fenced config: %w", err)
-	}
-	connCfg, err := pgx.ParseConfig(cfg.DSN)
+	cfg, connCfg, err := prepare("fenced", cfg)
 	if err != nil {
-		return nil, fmt.Errorf("lease: fenced config: parse DSN: %w", err)
+		return nil, err
 	}
 	connCfg.DefaultQueryExecMode = cfg.ExecMode
-	connCfg.RuntimeParams["application_name"] = cfg.ApplicationName
 	table, _ := quoteTable(cfg.Table) // validated above
 	grant, renew := fencedGrantSQL, fencedRenewSQL
 	if cfg.Epoch {

@@ -156,7 +156,7 @@ func TestFenced(t *testing.T) {
 		require.GreaterOrEqual(t, time.Since(start), ttl, "taken over only after the TTL")
 		require.Greater(t, won.Term.Token, first.Term.Token)
 
-		res := mustTry(t, b.ctx, old)
+		res := settled(t, b.ctx, old, 10*ttl)
 		require.Equal(t, Follower, res.Status)
 		require.Zero(t, old.Deadline())
 	})

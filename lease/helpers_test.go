@@ -160,6 +160,22 @@ func eventuallyLeader(t testing.TB, ctx context.Context, l Lease, within time.Du
 	return res
 }
 
+// settled asks l until its answer is Leader or Follower. Faulted says only
+// that the lease could not reach the server in time, as a grant bounded by
+// a short TTL may not on a starved machine (seen beside make test under a
+// load average of 15: a 1 s TTL's grant ran out after 800 ms), so it says
+// nothing of whether the lease is held elsewhere.
+func settled(t testing.TB, ctx context.Context, l Lease, within time.Duration) Result {
+	t.Helper()
+	var res Result
+	waitFor(t, within, "the lease was Faulted on every call", func() (bool, error) {
+		var err error
+		res, err = l.TryAcquire(ctx)
+		return res.Status != Faulted, err
+	})
+	return res
+}
+
 // advisoryHolderPID is the backend holding advisory lock (k1, k2) in the
 // current database, or 0.
 func advisoryHolderPID(t testing.TB, ctx context.Context, c *pgx.Conn, k1, k2 int32) int32 {

@@ -59,6 +59,25 @@ type GuardOptions struct {
 	Logger *slog.Logger
 }
 
+// withDefaults returns o with every zero field at its default.
+func (o GuardOptions) withDefaults() GuardOptions {
+	o.Parallel = cmp.Or(o.Parallel, DefaultParallel)
+	o.Timeout = cmp.Or(o.Timeout, DefaultGuardTimeout)
+	o.KillGrace = cmp.Or(o.KillGrace, DefaultKillGrace)
+	o.Go = cmp.Or(o.Go, "go")
+	o.RerunFactor = cmp.Or(o.RerunFactor, DefaultRerunFactor)
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	return o
+}
+
+// validate says what keeps o, defaults applied, from running guards.
+func (o GuardOptions) validate() error {
+	if o.Parallel < 1 {
+		return fmt.Errorf("parallel must be at least 1, not %d", o.Parallel)
+	}
+	return nil
+}
+
 // GuardResult is the verdict on one guard.
 type GuardResult struct {
 	// ID and Manifest name the guard and the file it came from.
@@ -96,16 +115,9 @@ func (r GuardResult) Passed() bool { return r.Outcome == Killed }
 // returns the results it has with ctx's error. Guards that did not finish
 // have an empty Outcome.
 func RunGuards(ctx context.Context, guards []Guard, opts GuardOptions) ([]GuardResult, error) {
-	opts.Parallel = cmp.Or(opts.Parallel, DefaultParallel)
-	opts.Timeout = cmp.Or(opts.Timeout, DefaultGuardTimeout)
-	opts.KillGrace = cmp.Or(opts.KillGrace, DefaultKillGrace)
-	opts.Go = cmp.Or(opts.Go, "go")
-	opts.RerunFactor = cmp.Or(opts.RerunFactor, DefaultRerunFactor)
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Parallel < 1 {
-		return nil, fmt.Errorf("parallel must be at least 1, not %d", opts.Parallel)
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 
 	dir, err := os.MkdirTemp(opts.TempDir, "doublerun-guards-")

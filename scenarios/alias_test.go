@@ -7,6 +7,7 @@ import (
 
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // One PgBouncer, two names: the lease on the session-mode name excludes
@@ -17,7 +18,7 @@ func TestAliasTopologyHoldsTheLease(t *testing.T) {
 	for _, f := range []string{fault.None, fault.GracefulHandover.Name(), fault.PgBouncerReconnect.Name()} {
 		t.Run(f, func(t *testing.T) {
 			t.Parallel()
-			rep := runScenario(t, Scenario{Name: "alias-" + f, Strategy: StrategyAdvisory,
+			rep := runScenario(t, Scenario{Name: "alias-" + f, Strategy: strategy.Advisory,
 				Topology: Topology{Kind: Alias, PoolSize: 1}, Fault: f, Expect: ExpectSafe})
 			require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
 			require.Zero(t, rep.Metrics.Orphaned.Episodes, "%+v", rep.Metrics.Orphaned)

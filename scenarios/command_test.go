@@ -12,9 +12,11 @@ import (
 
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // envTestCommandStrategy makes this test binary, started as a replica
@@ -64,19 +66,19 @@ func TestJudgeSilentReplicaIsNotSafe(t *testing.T) {
 // line naming the field and the fix.
 func TestReplicaCommandValidate(t *testing.T) {
 	t.Parallel()
-	base := Scenario{Name: "x", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}
+	base := Scenario{Name: "x", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}
 	for _, tc := range []struct {
 		name    string
-		replica ReplicaCommand
+		replica replica.Command
 		want    string
 	}{
-		{"NoCommand", ReplicaCommand{}, `field "replica.command": missing; give the program`},
-		{"ProtocolVariable", ReplicaCommand{Command: []string{"x"}, Env: map[string]string{"DOUBLERUN_LEASE_DSN": "y"}},
+		{"NoCommand", replica.Command{}, `field "replica.command": missing; give the program`},
+		{"ProtocolVariable", replica.Command{Command: []string{"x"}, Env: map[string]string{"DOUBLERUN_LEASE_DSN": "y"}},
 			`field "replica.env.DOUBLERUN_LEASE_DSN": is the protocol's, set by the runner for each replica; rename it`},
-		{"BadRegularExpression", ReplicaCommand{Command: []string{"x"}, Log: &LogPatterns{BecameLeader: "(leader", LostLeadership: "lost"}},
+		{"BadRegularExpression", replica.Command{Command: []string{"x"}, Log: &replica.LogPatterns{BecameLeader: "(leader", LostLeadership: "lost"}},
 			`field "replica.log.became_leader": "(leader" is not a regular expression (missing closing ): ` + "`(leader`" + `); write Go's RE2 syntax`},
-		{"NoPattern", ReplicaCommand{Command: []string{"x"}, Log: &LogPatterns{}}, `field "replica.log": has no pattern`},
-		{"HalfAPair", ReplicaCommand{Command: []string{"x"}, Log: &LogPatterns{WorkStarted: "start"}}, `field "replica.log": needs work_started and work_ended together`},
+		{"NoPattern", replica.Command{Command: []string{"x"}, Log: &replica.LogPatterns{}}, `field "replica.log": has no pattern`},
+		{"HalfAPair", replica.Command{Command: []string{"x"}, Log: &replica.LogPatterns{WorkStarted: "start"}}, `field "replica.log": needs work_started and work_ended together`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := base
@@ -90,8 +92,8 @@ func TestReplicaCommandValidate(t *testing.T) {
 	sc, err := ParseScenario([]byte(`{"strategy": "advisory", "topology": {"kind": "pinned"}, "expect": "safe",
 		"replica": {"command": ["/usr/bin/python3", "lease.py"], "env": {"A": "b"}, "log": {"became_leader": "leader", "lost_leadership": "lost"}}}`), "mine")
 	require.NoError(t, err)
-	require.Equal(t, &ReplicaCommand{Command: []string{"/usr/bin/python3", "lease.py"}, Env: map[string]string{"A": "b"},
-		Log: &LogPatterns{BecameLeader: "leader", LostLeadership: "lost"}}, sc.Replica)
+	require.Equal(t, &replica.Command{Command: []string{"/usr/bin/python3", "lease.py"}, Env: map[string]string{"A": "b"},
+		Log: &replica.LogPatterns{BecameLeader: "leader", LostLeadership: "lost"}}, sc.Replica)
 	_, err = ParseScenario([]byte(`{"strategy": "advisory", "topology": {"kind": "pinned"}, "expect": "safe", "replica": {"comand": ["x"]}}`), "mine")
 	require.EqualError(t, err, `field "replica": unknown field "comand"; valid: command, env, log (with became_leader, lost_leadership, work_started, work_ended)`)
 }
@@ -100,20 +102,20 @@ func TestReplicaCommandValidate(t *testing.T) {
 // and the fix, and leave nothing running.
 func TestCommandReplicaBadInput(t *testing.T) {
 	t.Parallel()
-	sc := Scenario{Name: "bad-command", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Duration: 2 * time.Second}
-	with := func(c ReplicaCommand) Scenario {
+	sc := Scenario{Name: "bad-command", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Duration: 2 * time.Second}
+	with := func(c replica.Command) Scenario {
 		s := sc
 		s.Replica = &c
 		return s
 	}
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		_, err := runCommand(t, with(ReplicaCommand{Command: []string{"no-such-program-doublerun"}}), RunOptions{})
+		_, err := runCommand(t, with(replica.Command{Command: []string{"no-such-program-doublerun"}}), RunOptions{})
 		require.EqualError(t, err, `replica command "no-such-program-doublerun": not found; install it, or give its full path as the first word of "replica.command"`)
 	})
 	t.Run("ExitsAtOnce", func(t *testing.T) {
 		t.Parallel()
-		_, err := runCommand(t, with(ReplicaCommand{Command: []string{"sh", "-c", "echo cannot reach the lease >&2; exit 3"}}), RunOptions{})
+		_, err := runCommand(t, with(replica.Command{Command: []string{"sh", "-c", "echo cannot reach the lease >&2; exit 3"}}), RunOptions{})
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), "\n")
 		require.Contains(t, err.Error(), `replica r`)
@@ -121,7 +123,7 @@ func TestCommandReplicaBadInput(t *testing.T) {
 	})
 	t.Run("NeverReports", func(t *testing.T) {
 		t.Parallel()
-		rep, err := runCommand(t, with(ReplicaCommand{Command: []string{"sleep", "600"}}), WithLeaderWait(RunOptions{}, 2*time.Second))
+		rep, err := runCommand(t, with(replica.Command{Command: []string{"sleep", "600"}}), WithLeaderWait(RunOptions{}, 2*time.Second))
 		require.NoError(t, err)
 		require.False(t, rep.Verdict.Pass)
 		require.Contains(t, rep.Verdict.Reason, "no leader work was reported: in 2s no replica command called doublerun.work_begin")
@@ -131,8 +133,8 @@ func TestCommandReplicaBadInput(t *testing.T) {
 	})
 	t.Run("PrintsLinesThatMatchNoPattern", func(t *testing.T) {
 		t.Parallel()
-		c := ReplicaCommand{Command: []string{"sh", "-c", "while true; do echo polling; sleep 0.1; done"},
-			Log: &LogPatterns{BecameLeader: "^became leader", LostLeadership: "^lost leadership"}}
+		c := replica.Command{Command: []string{"sh", "-c", "while true; do echo polling; sleep 0.1; done"},
+			Log: &replica.LogPatterns{BecameLeader: "^became leader", LostLeadership: "^lost leadership"}}
 		rep, err := runCommand(t, with(c), WithLeaderWait(RunOptions{}, 2*time.Second))
 		require.NoError(t, err)
 		require.False(t, rep.Verdict.Pass)
@@ -142,9 +144,9 @@ func TestCommandReplicaBadInput(t *testing.T) {
 		t.Parallel()
 		// A child that ignores SIGTERM outlives the command the runner
 		// stops; the run says so, fails, and kills it.
-		c := ReplicaCommand{Command: []string{"sh", "-c", `(trap "" TERM; exec sleep 600) &
+		c := replica.Command{Command: []string{"sh", "-c", `(trap "" TERM; exec sleep 600) &
 while true; do echo "became leader"; sleep 0.3; done`},
-			Log: &LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
+			Log: &replica.LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
 		s := with(c)
 		s.Replicas = 1
 		rep, err := runCommand(t, s, RunOptions{})
@@ -159,10 +161,10 @@ while true; do echo "became leader"; sleep 0.3; done`},
 // killed: runCommand finds nothing of its group running.
 func TestCommandReplicaLeavesNothingRunning(t *testing.T) {
 	t.Parallel()
-	c := ReplicaCommand{Command: []string{"sh", "-c", `(trap "" TERM; exec sleep 600) &
+	c := replica.Command{Command: []string{"sh", "-c", `(trap "" TERM; exec sleep 600) &
 while true; do echo "became leader"; sleep 0.3; done`},
-		Log: &LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
-	sc := Scenario{Name: "left-behind", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+		Log: &replica.LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
+	sc := Scenario{Name: "left-behind", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		Duration: time.Second, Replicas: 1, Replica: &c}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
@@ -177,11 +179,11 @@ func TestBuiltInLeaseThroughTheCommand(t *testing.T) {
 	t.Parallel()
 	sc := Issue556
 	sc.Duration = 3 * time.Second
-	sc.Replica = &ReplicaCommand{Command: []string{os.Args[0], "-test.run=^$"}, Env: map[string]string{envTestCommandStrategy: StrategyAdvisory}}
+	sc.Replica = &replica.Command{Command: []string{os.Args[0], "-test.run=^$"}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
-	require.Equal(t, ModeSQL, rep.Protocol.Mode)
+	require.Equal(t, replica.ModeSQL, rep.Protocol.Mode)
 	require.Positive(t, rep.Metrics.DoubleRun.Total)
 	pid, who := rep.SharedBackend()
 	require.NotZero(t, pid, "both on one backend, as reported through doublerun.work_begin")
@@ -207,9 +209,9 @@ func mustJSON(t *testing.T, v any) []byte {
 func TestStopKillsEveryReplicaAtOneDeadline(t *testing.T) {
 	t.Parallel()
 	const grace = 4 * time.Second
-	c := ReplicaCommand{Command: []string{"sh", "-c", `trap "" TERM; while true; do echo "became leader"; sleep 0.2; done`},
-		Log: &LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
-	sc := Scenario{Name: "ignores-sigterm", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+	c := replica.Command{Command: []string{"sh", "-c", `trap "" TERM; while true; do echo "became leader"; sleep 0.2; done`},
+		Log: &replica.LogPatterns{BecameLeader: "^became leader$", LostLeadership: "^lost$"}}
+	sc := Scenario{Name: "ignores-sigterm", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		Duration: time.Second, Replicas: 2, Replica: &c}
 	rep, err := runCommand(t, sc, WithStopGrace(RunOptions{}, grace))
 	returned := time.Now()

@@ -3,14 +3,23 @@
 // replicas did leader work at once (the double-run window) and how long
 // none did (the leaderless window).
 //
+// The package is scenario data (scenario.go, scenario_file.go,
+// topology.go, verdict.go, report.go, repro.go) and the runner, whose
+// files are named run*: run.go (Run and the run's course), run_prepare.go,
+// run_replicas.go, run_command.go, run_lockwatch.go, run_pathwatch.go,
+// run_target.go and run_report.go. What a replica process is and does is
+// package scenarios/replica; the strategies it can run are package
+// scenarios/strategy; how this binary starts itself again as a replica
+// (or as any other child) is package scenarios/reexec.
+//
 // # A scenario is data
 //
-// A [Scenario] names a strategy ([StrategyAdvisory],
-// [StrategyAdvisoryUnguarded], [StrategyAdvisoryWait], [StrategyFenced],
-// [StrategyFencedWait], or one registered with [RegisterStrategy]), a topology, the number of replicas, timings, a fault
+// A [Scenario] names a strategy (package scenarios/strategy: advisory,
+// advisory-unguarded, advisory-wait, fenced, fenced-wait, or one
+// registered with strategy.Register), a topology, the number of replicas, timings, a fault
 // of the catalog (package scenarios/fault) and an expectation. [Catalog]
 // holds the built-in ones; [Issue556] and its fixes are the regression
-// scenarios for the known limitation. A [Strategy] says what its lease is
+// scenarios for the known limitation. A strategy.Strategy says what its lease is
 // (ReportsBackendPID, AdvisoryLock), and [Scenario.FaultSetting] hands
 // that, with the topology's shape and the timings, to the fault catalog as
 // data: the catalog never imports this package.
@@ -38,126 +47,18 @@
 //
 // # Replicas are processes
 //
-// Each replica is the running binary started again with DOUBLERUN_REPLICA
-// set, so SIGKILL and SIGSTOP are real and a user's own go test binary can
-// take part: register the lease, then call [MaybeRunReplica] first in
-// TestMain (see example_test.go). replica_parent.go starts, watches and
-// stops them; replica_child.go is what each one does. A replica runs a worker.Worker gated by
+// Each replica is the running binary started again (package
+// scenarios/reexec), so SIGKILL and SIGSTOP are real and a user's own go
+// test binary can take part: register the lease, then call reexec.Main
+// first in TestMain (see example_test.go). run_replicas.go starts, watches and
+// stops them; package scenarios/replica is what each one does. A replica runs a worker.Worker gated by
 // its lease; the worker's one sweep is the leader work: log the start,
 // work for Scenario.Work, make a side-effect write through the work
 // endpoint in a transaction that first checks the fence, log the end.
 // Replicas run in their own process group and die with the runner. A
-// replica can also be a program of the user's own, in any language (next
-// section).
-//
-// # Replicas in any language
-//
-// A scenario whose Replica is set runs the user's own program as each
-// replica instead of a built-in lease ([ReplicaCommand]; command.go,
-// replica_command.go):
-//
-//	"strategy": "advisory",
-//	"replica": {"command": ["/usr/bin/python3", "lease.py"], "env": {"X": "y"}}
-//
-// Strategy still says what the program's lease is like: its traits decide
-// which faults apply, its Setup runs, and in `doublerun chaos --replica
-// FILE` its column of the table is what each cell expects. The runner
-// starts the program once per replica, in a process group of its own,
-// with the runner's environment, the scenario's env, and the protocol's
-// variables:
-//
-//	DOUBLERUN_REPLICA_ID         r1, r2, ...: the replica's id, for every report
-//	DOUBLERUN_LEASE_NAME         the lease's name, the same for every replica
-//	DOUBLERUN_LEASE_DSN          postgres:// URL of the lease endpoint, through the
-//	                             replica's own proxy (and PgBouncer, by topology)
-//	DOUBLERUN_WORK_DSN           postgres:// URL of the work endpoint, the same way
-//	DOUBLERUN_ORACLE_DSN         postgres:// URL of the run's database, direct, that no
-//	                             fault touches: where the reports go
-//	DOUBLERUN_TTL_MS             the scenario's TTL, in milliseconds
-//	DOUBLERUN_POLL_INTERVAL_MS   the poll interval, in milliseconds
-//	DOUBLERUN_WORK_MS            the length of one piece of leader work, in milliseconds
-//	DOUBLERUN_UNFENCED           1 when the side-effect writes are to skip the fence
-//	DOUBLERUN_APPLICATION_NAME   doublerun-<id>, set as application_name in the lease
-//	                             and work URLs, so pg_stat_activity shows the backends
-//
-// Its connections go through the same toxiproxy proxies and PgBouncers as
-// a built-in replica's, so PARTITION, DELAY and the PgBouncer and Postgres
-// faults act on them; TERMINATE_LEADER_BACKEND ends the backend the
-// program reported (work_begin's backend_pid), else the one holding the
-// strategy's advisory lock, else its oldest backend by application_name;
-// KILL_LEADER, FREEZE_LEADER and GRACEFUL_HANDOVER
-// signal its whole process group. The runner logs its start and its exit
-// (which ends any piece of work it left open), kills its group on every
-// way out, and fails a run in which the group outlived the program (its
-// children ran unmeasured; exec the service, or wait for its children).
-//
-// It reports its leader work in one of two modes ([ProtocolInfo] in the
-// report says which).
-//
-// SQL mode, when "log" is absent: the program calls the functions the
-// runner installs in schema doublerun of the run's database (package
-// oracle), with any driver. Every time is the server's clock_timestamp()
-// of the call, as for a built-in replica:
-//
-//	doublerun.next_token() bigint                       a fresh token, for a lease that has none
-//	doublerun.became_leader(replica, token)             leadership under token began (optional:
-//	                                                    work_begin records it too)
-//	doublerun.work_begin(replica, token, backend_pid)   a piece of leader work begins; returns
-//	                                                    its id; backend_pid (default 0) is the
-//	                                                    backend holding the lease, if any
-//	doublerun.work_end(id)                              that piece ended
-//	doublerun.side_effect(replica, token, fenced)       the piece's write: call it in the
-//	                                                    leader's own transaction on
-//	                                                    DOUBLERUN_WORK_DSN, after the fence's
-//	                                                    check if it has one (fenced true)
-//	doublerun.rejected(replica, token)                  the fence refused a write (call it on
-//	                                                    the oracle connection: the refused
-//	                                                    transaction rolls back)
-//	doublerun.lock_claim(replica, backend_pid, k1, k2)  the lease's advisory lock (k1, k2) is
-//	                                                    held on backend_pid, 0 once let go:
-//	                                                    what the orphaned-lock window needs
-//	doublerun.event(replica, kind, detail)              any other event
-//
-// The calls go on DOUBLERUN_ORACLE_DSN except side_effect. Pass fenced
-// true only when the lease's tokens live in the strategy's token table
-// (Strategy.TokenTable: doublerun_leases for fenced, whose rows the runner
-// records): the linearizability check judges fenced writes against the
-// grants it recorded there, and a fenced write under a token it never saw
-// granted has no legal order. `doublerun
-// replica --strategy NAME` is a built-in lease speaking this protocol
-// ([RunCommandReplica]); testdata/replicas/seed_lease.py is the seed's
-// C# lease ported to Python.
-//
-// Log mode, for a program that cannot be changed: "log" holds regular
-// expressions (Go's RE2) matched against every line of its stdout and
-// stderr:
-//
-//	"log": {"became_leader": "^became leader", "lost_leadership": "^lost leadership",
-//	        "work_started": "^sweep started$", "work_ended": "^sweep finished$"}
-//
-// became_leader and lost_leadership, work_started and work_ended, or all
-// four; without the work patterns, holding leadership is the work. Each
-// match is written to the oracle at once through the runner's direct
-// connection (a new token per leadership), so its time is the runner's
-// receipt of the line, not the program's own moment: later by the
-// program's output buffering (flush each line; PYTHONUNBUFFERED=1 for
-// Python) and by the receipt lag, which the report gives as a median and
-// a maximum over the run. There is no side-effect write in this mode, so
-// stale writes and the fence are not measured.
-//
-// What a verdict means, by mode: built-in and SQL, the windows and the
-// stale writes from the replica's own calls; log mode, the double-run and
-// leaderless windows as the runner received the lines (an overlap shorter
-// than the receipt lag is within its error). In every mode a run in which
-// no leader work was reported fails, and says why ("called no
-// doublerun.work_begin", "printed N lines and 0 matched a pattern"): no
-// work shows no double-run, so silence must not pass as safe.
-//
-// Bad input is one line naming the problem and the fix, with nothing left
-// running: a program not found in PATH (before the stack starts), a
-// program that exits before any work was reported (its exit status and
-// last line), a bad regular expression or an incomplete pair of patterns
-// (Validate), a protocol variable set in env.
+// replica can also be a program of the user's own, in any language
+// (Scenario.Replica, a replica.Command): package scenarios/replica says
+// how it is started, what it is told and how it reports.
 //
 // # One clock
 //
@@ -197,7 +98,7 @@
 // fails it. A replica that exits before the run ends is a replica-stopped
 // event with its exit status and its last line of output. [Verdict] is the
 // one result type: a run's, a matrix cell's and a matrix's (package
-// report) and the #556 reproduction's; its Err is what the CLI returns.
+// chaos) and the #556 reproduction's; its Err is what the CLI returns.
 //
 // # Report (schema doublerun.report/v2)
 //
@@ -268,7 +169,7 @@
 // re-enters the lock. The runner watches the lease's lock through its
 // direct connection every 20 ms (pg_locks, and the lease endpoint's
 // PgBouncer, SHOW SERVERS, for whether a client is linked to the holding
-// backend; lockwatch.go), and each replica logs the backend its lease
+// backend; run_lockwatch.go), and each replica logs the backend its lease
 // says holds the lock whenever that changes (a lock-claim event). The
 // oracle turns the two into the orphaned-lock window: every stretch longer
 // than orphanTolerance (100 ms) where a backend held the lock after its

@@ -11,16 +11,18 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/doublerun/doublerun/lease"
-	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/reexec"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // TestMain shows how a user's test binary takes part in scenarios: register
-// the lease, then let MaybeRunReplica turn this binary into a replica when
+// the lease, then let reexec.Main turn this binary into a replica when
 // the runner starts it as one.
 func TestMain(m *testing.M) {
-	scenarios.RegisterStrategy("example-row-lease", scenarios.Strategy{
-		New: func(ctx context.Context, c scenarios.LeaseConfig) (lease.Lease, error) {
+	strategy.Register("example-row-lease", strategy.Strategy{
+		New: func(ctx context.Context, c strategy.LeaseConfig) (lease.Lease, error) {
 			return newRowLease(ctx, c.DSN, c.Name, c.Replica, c.TTL)
 		},
 		Setup: func(ctx context.Context, conn *pgx.Conn) error {
@@ -31,20 +33,20 @@ func TestMain(m *testing.M) {
 	})
 	// A strategy that declares no lock: its lease names its own through
 	// lease.LockHolder, as a lease a user brings can.
-	scenarios.RegisterStrategy(byoLockStrategy, scenarios.Strategy{
-		New: func(ctx context.Context, c scenarios.LeaseConfig) (lease.Lease, error) {
+	strategy.Register(byoLockStrategy, strategy.Strategy{
+		New: func(ctx context.Context, c strategy.LeaseConfig) (lease.Lease, error) {
 			return lease.NewAdvisory(ctx, lease.AdvisoryConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger,
 				Key1: byoLock.Key1, Key2: byoLock.Key2, AllowTransactionPooling: true})
 		},
 	})
-	scenarios.MaybeRunReplica()
+	reexec.Main()
 	if pidFile := os.Getenv(envTestRunner); pidFile != "" {
 		runLikeARunner(pidFile)
 	}
 	// The built-in lease through the command path, as `doublerun replica`
 	// runs it: this test binary started as a scenario's replica command.
-	if strategy := os.Getenv(envTestCommandStrategy); strategy != "" {
-		if err := scenarios.RunCommandReplica(context.Background(), strategy, os.Getenv); err != nil {
+	if name := os.Getenv(envTestCommandStrategy); name != "" {
+		if err := replica.RunAsCommand(context.Background(), name, os.Getenv); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -1,6 +1,8 @@
 package scenarios
 
-import "time"
+import (
+	"time"
+)
 
 // WithReplicaHook returns opts that call f with each replica's PID as it
 // starts, so tests can check that none outlives its run.
@@ -8,9 +10,6 @@ func WithReplicaHook(opts RunOptions, f func(pid int)) RunOptions {
 	opts.onReplica = f
 	return opts
 }
-
-// LookupStrategy exposes lookupStrategy to the tests.
-func LookupStrategy(name string) (Strategy, bool) { return lookupStrategy(name) }
 
 // WithLeaderWait returns opts whose run waits d for the first piece of
 // leader work, so a test of a silent replica need not wait 30s.

@@ -38,11 +38,11 @@ func TestAwaitInFlight(t *testing.T) {
 		require.NoError(t, err)
 		healed, err := oracle.LogEvent(ctx, pool, oracle.EventHealed, "r1", "FREEZE_LEADER")
 		require.NoError(t, err)
-		rp := &replica{id: "r1", done: make(chan struct{})}
+		rp := &proc{id: "r1", done: make(chan struct{})}
 		if !alive {
 			close(rp.done)
 		}
-		return &run{conn: pool, replicas: []*replica{rp}, opts: RunOptions{inFlightWait: bound}}, piece, healed
+		return &run{conn: pool, replicas: []*proc{rp}, opts: RunOptions{inFlightWait: bound}}, piece, healed
 	}
 
 	t.Run("WaitsForAPieceOpenAtTheHeal", func(t *testing.T) {

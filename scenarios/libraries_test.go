@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // buildReplica builds the replica program in testdata/replicas/<name> as
@@ -45,11 +47,11 @@ func TestGolangMigrateReplica(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
 			sc.Duration = 4 * time.Second
-			sc.Replica = &ReplicaCommand{Command: []string{bin, "--mode", "lock"}}
+			sc.Replica = &replica.Command{Command: []string{bin, "--mode", "lock"}}
 			rep, err := runCommand(t, sc, RunOptions{})
 			require.NoError(t, err)
 			require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
-			require.Equal(t, ModeSQL, rep.Protocol.Mode)
+			require.Equal(t, replica.ModeSQL, rep.Protocol.Mode)
 			require.NotEmpty(t, rep.History.Intervals, "the driver's lock was never taken")
 		})
 	}
@@ -63,10 +65,10 @@ func TestRiverReplica(t *testing.T) {
 	bin := buildReplica(t, "river")
 	sc := Issue556Pinned
 	sc.Name = "river-poll-only-pinned"
-	sc.Strategy = StrategyFenced
+	sc.Strategy = strategy.Fenced
 	sc.Expect = ExpectSafe
 	sc.Duration = 4 * time.Second
-	sc.Replica = &ReplicaCommand{Command: []string{bin, "--poll-only"}}
+	sc.Replica = &replica.Command{Command: []string{bin, "--poll-only"}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)

@@ -10,6 +10,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // byoLockStrategy is an advisory lease on a lock of its own whose strategy
@@ -26,7 +27,7 @@ var byoLock = lease.AdvisoryLock{Key1: 4242, Key2: 7}
 // the one whose lease names it must show the same.
 func TestOrphanedLockAfterTheLeaderDies(t *testing.T) {
 	t.Parallel()
-	for _, strategy := range []string{StrategyAdvisory, byoLockStrategy} {
+	for _, strategy := range []string{strategy.Advisory, byoLockStrategy} {
 		t.Run(strategy, func(t *testing.T) {
 			t.Parallel()
 			// Only a kill between two of the replica's statements leaves the
@@ -77,7 +78,7 @@ func TestOrphanedLockAfterTheLeaderDies(t *testing.T) {
 // ended with the backend, not that none was reported.
 func TestNoOrphanedLockOnADirectEndpoint(t *testing.T) {
 	t.Parallel()
-	rep := runScenario(t, Scenario{Name: "orphan-direct", Strategy: StrategyAdvisory, Replicas: 1,
+	rep := runScenario(t, Scenario{Name: "orphan-direct", Strategy: strategy.Advisory, Replicas: 1,
 		Topology: Topology{Kind: Direct}, Fault: fault.KillLeader.Name(), Expect: ExpectFenced})
 	require.NotEmpty(t, rep.History.Locks, "the runner watched the lock")
 	o := rep.Metrics.Orphaned

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/stack"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // Expectation is what a scenario's measurements must show.
@@ -37,9 +39,9 @@ const (
 type Scenario struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
-	// Strategy names a registered lease strategy: StrategyAdvisory,
-	// StrategyAdvisoryUnguarded, StrategyAdvisoryWait, StrategyFenced, or one given to
-	// RegisterStrategy.
+	// Strategy names a registered lease strategy: strategy.Advisory,
+	// strategy.AdvisoryUnguarded, strategy.AdvisoryWait, strategy.Fenced, or one given to
+	// strategy.Register.
 	Strategy string   `json:"strategy"`
 	Topology Topology `json:"topology"`
 	// Replicas is the number of competing replica processes, from 1 to
@@ -64,7 +66,7 @@ type Scenario struct {
 	// of Strategy's lease. Strategy still says what the command's lease is
 	// like: its traits decide which faults apply, its Setup runs, and the
 	// chaos table's column for it is what each cell expects.
-	Replica *ReplicaCommand `json:"replica,omitempty"`
+	Replica *replica.Command `json:"replica,omitempty"`
 }
 
 // MaxReplicas is the most replicas one run may have. The stack's PgBouncer
@@ -226,12 +228,12 @@ func (s Scenario) Validate() error {
 	case strings.ContainsAny(s.Name, `\`) || strings.Contains(s.Name, ".."):
 		bad("name", fmt.Sprintf("%q", s.Name), "cannot name a report directory; use letters, digits, '-' and '/'")
 	}
-	_, strategyOK := lookupStrategy(s.Strategy)
+	_, strategyOK := strategy.Lookup(s.Strategy)
 	switch {
 	case s.Strategy == "":
-		bad("strategy", "", "missing; one of "+strings.Join(StrategyNames(), ", "))
+		bad("strategy", "", "missing; one of "+strings.Join(strategy.Names(), ", "))
 	case !strategyOK:
-		bad("strategy", "", fmt.Sprintf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(StrategyNames(), ", ")))
+		bad("strategy", "", fmt.Sprintf("unknown strategy %q; valid: %s", s.Strategy, strings.Join(strategy.Names(), ", ")))
 	}
 	_, topologyErr := ParseTopology(string(s.Topology.Kind))
 	switch {
@@ -274,7 +276,7 @@ func (s Scenario) Validate() error {
 		bad("fault", s.Fault, fmt.Sprintf("does not apply to strategy %s on topology %s; pick another fault or topology", s.Strategy, s.Topology))
 	}
 	if s.Replica != nil {
-		s.Replica.validate(bad)
+		s.Replica.Validate(bad)
 	}
 	switch s.Expect {
 	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans:
@@ -311,10 +313,10 @@ const expectationNames = "safe, reproduces, fenced, reproduces-or-orphans"
 // defaults applied.
 func (s Scenario) FaultSetting() fault.Setting {
 	s = s.WithDefaults()
-	strategy, _ := lookupStrategy(s.Strategy)
+	st, _ := strategy.Lookup(s.Strategy)
 	return fault.Setting{
-		ReportsBackendPID: strategy.ReportsBackendPID,
-		AdvisoryLock:      strategy.AdvisoryLock,
+		ReportsBackendPID: st.ReportsBackendPID,
+		AdvisoryLock:      st.AdvisoryLock,
 		Pooled:            s.Topology.Kind.Pooled(),
 		AppNames:          s.Replica != nil,
 		TTL:               s.TTL,
@@ -325,17 +327,17 @@ func (s Scenario) FaultSetting() fault.Setting {
 // Catalog is the built-in scenarios. Issue556 and its fixes are the ones
 // `doublerun repro 556` runs.
 var Catalog = []Scenario{
-	{Name: "advisory-direct", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+	{Name: "advisory-direct", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		Description: "the original lease on a direct connection"},
-	{Name: "advisory-session", Strategy: StrategyAdvisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
+	{Name: "advisory-session", Strategy: strategy.Advisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Description: "the original lease through PgBouncer session pooling"},
 	Issue556,
-	{Name: "advisory-unguarded-transaction", Strategy: StrategyAdvisoryUnguarded, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
+	{Name: "advisory-unguarded-transaction", Strategy: strategy.AdvisoryUnguarded, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
 		Description: "the original lease without its PID guard through transaction pooling (pool of one)"},
 	Issue556Pinned,
-	{Name: "fenced-direct", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+	{Name: "fenced-direct", Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		Description: "the table lease on a direct connection"},
-	{Name: "fenced-session", Strategy: StrategyFenced, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
+	{Name: "fenced-session", Strategy: strategy.Fenced, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Description: "the table lease through session pooling"},
 	Issue556Fenced,
 	Issue556Alias,
@@ -343,13 +345,13 @@ var Catalog = []Scenario{
 
 // The #556 reproduction and its three fixes.
 var (
-	Issue556 = Scenario{Name: "issue-556", Strategy: StrategyAdvisory, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
+	Issue556 = Scenario{Name: "issue-556", Strategy: strategy.Advisory, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectReproduces,
 		Description: "#556: the advisory lease through transaction pooling with a pool of one: two leaders on one backend"}
-	Issue556Pinned = Scenario{Name: "issue-556-pinned", Strategy: StrategyAdvisory, Topology: Topology{Kind: Pinned, PoolSize: 1}, Expect: ExpectSafe,
+	Issue556Pinned = Scenario{Name: "issue-556-pinned", Strategy: strategy.Advisory, Topology: Topology{Kind: Pinned, PoolSize: 1}, Expect: ExpectSafe,
 		Description: "#556 fix: the lease on a session-pinned endpoint, the work through the transaction pool"}
-	Issue556Fenced = Scenario{Name: "issue-556-fenced", Strategy: StrategyFenced, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectSafe,
+	Issue556Fenced = Scenario{Name: "issue-556-fenced", Strategy: strategy.Fenced, Topology: Topology{Kind: Transaction, PoolSize: 1}, Expect: ExpectSafe,
 		Description: "#556 fix: the fenced table lease through transaction pooling"}
-	Issue556Alias = Scenario{Name: "issue-556-alias", Strategy: StrategyAdvisory, Topology: Topology{Kind: Alias, PoolSize: 1}, Expect: ExpectSafe,
+	Issue556Alias = Scenario{Name: "issue-556-alias", Strategy: strategy.Advisory, Topology: Topology{Kind: Alias, PoolSize: 1}, Expect: ExpectSafe,
 		Description: "#556 fix on one PgBouncer: the lease on a session-mode name of the database, the work on its transaction-mode name"}
 )
 
@@ -358,7 +360,7 @@ var (
 func GuardScenarios() []Scenario {
 	var out []Scenario
 	for _, size := range []int{2, 3, 4} {
-		for _, strategy := range []string{StrategyAdvisoryUnguarded, StrategyAdvisory} {
+		for _, strategy := range []string{strategy.AdvisoryUnguarded, strategy.Advisory} {
 			out = append(out, Scenario{
 				Name:     fmt.Sprintf("%s-transaction-pool%d", strategy, size),
 				Strategy: strategy, Topology: Topology{Kind: Transaction, PoolSize: size},

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/doublerun/doublerun/scenarios/replica"
 )
 
 // ParseScenario reads a scenario written as data: a JSON object in the
@@ -268,4 +270,83 @@ func duplicateIn(dec *json.Decoder, path string) (string, error) {
 		return "", err
 	}
 	return "", nil
+}
+
+// ParseReplicaCommand reads a replica object as the "replica" field of a
+// scenario file holds it, or a whole scenario file and takes its
+// "replica": what `doublerun chaos --replica FILE` reads.
+func ParseReplicaCommand(data []byte) (*replica.Command, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("not a JSON object (%s); write {\"command\": [\"/usr/bin/python3\", \"lease.py\"]}", jsonProblem(data, err))
+	}
+	if inner, ok := probe["replica"]; ok {
+		data = inner
+	}
+	c, err := decodeReplica(data)
+	if err != nil {
+		return nil, err
+	}
+	var errs fieldErrors
+	c.Validate(func(field, value, problem string) { errs = append(errs, &FieldError{field, value, problem}) })
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return c, nil
+}
+
+// decodeReplica reads a replica object strictly: a misspelt field is an
+// error that lists the valid ones.
+// replicaFieldProblem says what is wrong with the member of "replica"
+// (data) that is of the wrong JSON kind, with its value, and what to
+// write instead.
+func replicaFieldProblem(data []byte, typ *json.UnmarshalTypeError) string {
+	v := any(nil)
+	_ = json.Unmarshal(data, &v)
+	for _, k := range strings.Split(typ.Field, ".") {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	is, holds := "is "+article(typ.Value), false
+	switch v.(type) {
+	case map[string]any, []any:
+		if typ.Value != "object" && typ.Value != "array" {
+			is, holds = "holds "+article(typ.Value), true // a member or an element
+		}
+	}
+	if raw, err := json.Marshal(v); err == nil && v != nil {
+		is = string(raw) + " " + is
+	}
+	field, sub, _ := strings.Cut(typ.Field, ".")
+	switch {
+	case field == "command" && holds:
+		return is + "; write each word of the command as a string, in double quotes"
+	case field == "command":
+		return is + `; write an array of the program and its arguments, such as ["python3", "lease.py"]`
+	case field == "env" && holds:
+		return is + "; write each value as a string, in double quotes"
+	case field == "env" && sub == "":
+		return is + `; write an object of names and string values, such as {"NAME": "value"}`
+	case field == "log" && sub == "":
+		return is + `; write an object of patterns, such as {"became_leader": "leader", "lost_leadership": "lost"}`
+	}
+	return is + "; write a string, in double quotes"
+}
+
+func decodeReplica(data []byte) (*replica.Command, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c replica.Command
+	if err := dec.Decode(&c); err != nil {
+		msg := err.Error()
+		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+			return nil, fmt.Errorf("field \"replica\": unknown field %s; valid: command, env, log (with became_leader, lost_leadership, work_started, work_ended)", f)
+		}
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) && typ.Field != "" {
+			return nil, fmt.Errorf("field %q: %s", "replica."+typ.Field, replicaFieldProblem(data, typ))
+		}
+		return nil, fmt.Errorf("field \"replica\" is not a replica object (%s); write {\"command\": [\"prog\", \"arg\"], \"env\": {\"NAME\": \"value\"}}", jsonProblem(data, err))
+	}
+	return &c, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // Every example file is a valid scenario.
@@ -116,7 +117,7 @@ func TestParseScenarioNamesTheBadField(t *testing.T) {
 // one step past either end is out, with the field named.
 func TestValidateHoldsEveryBound(t *testing.T) {
 	t.Parallel()
-	ok := Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Transaction}, Expect: ExpectSafe}
+	ok := Scenario{Name: "x", Strategy: strategy.Fenced, Topology: Topology{Kind: Transaction}, Expect: ExpectSafe}
 	require.NoError(t, ok.Validate())
 	for _, tc := range []struct {
 		field    string
@@ -154,7 +155,7 @@ func TestValidateHoldsEveryBound(t *testing.T) {
 	// that want one, and enough for the others.
 	for _, e := range []Expectation{ExpectReproduces, ExpectReproducesOrOrphans} {
 		sc := ok
-		sc.Strategy, sc.Expect, sc.Replicas = StrategyAdvisory, e, 1
+		sc.Strategy, sc.Expect, sc.Replicas = strategy.Advisory, e, 1
 		var fe *FieldError
 		require.ErrorAs(t, sc.Validate(), &fe, e)
 		require.Equal(t, "replicas", fe.Field)
@@ -181,16 +182,16 @@ func TestValidateTagsEveryComplaintWithItsField(t *testing.T) {
 		sc    Scenario
 		field string
 	}{
-		{"MissingName", Scenario{Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, "name"},
-		{"NameOutsideTheReports", Scenario{Name: "../x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, "name"},
+		{"MissingName", Scenario{Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, "name"},
+		{"NameOutsideTheReports", Scenario{Name: "../x", Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, "name"},
 		{"UnknownStrategy", Scenario{Name: "x", Strategy: "zookeeper", Topology: Topology{Kind: Direct}, Expect: ExpectSafe}, "strategy"},
-		{"UnknownTopology", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: "mesh"}, Expect: ExpectSafe}, "topology.kind"},
-		{"RefusedTopology", Scenario{Name: "x", Strategy: StrategyAdvisoryWait, Topology: Topology{Kind: Transaction}, Expect: ExpectSafe}, "topology.kind"},
-		{"PoolSizeWithoutPool", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Session, PoolSize: 2}, Expect: ExpectSafe}, "topology.pool_size"},
-		{"UnknownFault", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Fault: "METEOR", Expect: ExpectSafe}, "fault"},
-		{"FaultDoesNotApply", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Fault: "PGBOUNCER_KILL", Expect: ExpectSafe}, "fault"},
-		{"MissingExpect", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}}, "expect"},
-		{"UnknownExpect", Scenario{Name: "x", Strategy: StrategyFenced, Topology: Topology{Kind: Direct}, Expect: "maybe"}, "expect"},
+		{"UnknownTopology", Scenario{Name: "x", Strategy: strategy.Fenced, Topology: Topology{Kind: "mesh"}, Expect: ExpectSafe}, "topology.kind"},
+		{"RefusedTopology", Scenario{Name: "x", Strategy: strategy.AdvisoryWait, Topology: Topology{Kind: Transaction}, Expect: ExpectSafe}, "topology.kind"},
+		{"PoolSizeWithoutPool", Scenario{Name: "x", Strategy: strategy.Fenced, Topology: Topology{Kind: Session, PoolSize: 2}, Expect: ExpectSafe}, "topology.pool_size"},
+		{"UnknownFault", Scenario{Name: "x", Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}, Fault: "METEOR", Expect: ExpectSafe}, "fault"},
+		{"FaultDoesNotApply", Scenario{Name: "x", Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}, Fault: "PGBOUNCER_KILL", Expect: ExpectSafe}, "fault"},
+		{"MissingExpect", Scenario{Name: "x", Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}}, "expect"},
+		{"UnknownExpect", Scenario{Name: "x", Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}, Expect: "maybe"}, "expect"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

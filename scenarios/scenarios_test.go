@@ -19,6 +19,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // short keeps a scenario's measurement brief for tests.
@@ -294,11 +295,11 @@ func TestFaultSetting(t *testing.T) {
 		sc   Scenario
 		want fault.Setting
 	}{
-		{Scenario{Strategy: StrategyAdvisory, Topology: Topology{Kind: Pinned}},
+		{Scenario{Strategy: strategy.Advisory, Topology: Topology{Kind: Pinned}},
 			fault.Setting{ReportsBackendPID: true, AdvisoryLock: &lock, Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},
-		{Scenario{Strategy: StrategyAdvisoryUnguarded, Topology: Topology{Kind: Direct}, TTL: time.Second, Work: time.Minute},
+		{Scenario{Strategy: strategy.AdvisoryUnguarded, Topology: Topology{Kind: Direct}, TTL: time.Second, Work: time.Minute},
 			fault.Setting{ReportsBackendPID: true, AdvisoryLock: &lock, TTL: time.Second, Work: time.Minute}},
-		{Scenario{Strategy: StrategyFenced, Topology: Topology{Kind: Session}},
+		{Scenario{Strategy: strategy.Fenced, Topology: Topology{Kind: Session}},
 			fault.Setting{Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},
 		{Scenario{Strategy: "not-registered", Topology: Topology{Kind: Transaction}},
 			fault.Setting{Pooled: true, TTL: 2 * time.Second, Work: 200 * time.Millisecond}},

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	. "github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
@@ -42,11 +43,11 @@ func TestSeedLeaseInPython(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
 			sc.Duration = 4 * time.Second
-			sc.Replica = &ReplicaCommand{Command: seedLease(t)}
+			sc.Replica = &replica.Command{Command: seedLease(t)}
 			rep, err := runCommand(t, sc, RunOptions{})
 			require.NoError(t, err)
 			require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
-			require.Equal(t, ModeSQL, rep.Protocol.Mode)
+			require.Equal(t, replica.ModeSQL, rep.Protocol.Mode)
 			require.NotEmpty(t, rep.History.Intervals)
 		})
 	}
@@ -81,14 +82,14 @@ func TestLogModeJudgesAnUnchangedProgram(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
 			sc.Duration = 4 * time.Second
-			sc.Replica = &ReplicaCommand{Command: seedLease(t, "--log-only"), Log: &LogPatterns{
+			sc.Replica = &replica.Command{Command: seedLease(t, "--log-only"), Log: &replica.LogPatterns{
 				BecameLeader: `^became leader`, LostLeadership: `^lost leadership`,
 				WorkStarted: `^sweep started$`, WorkEnded: `^sweep finished$`}}
 			rep, err := runCommand(t, sc, RunOptions{})
 			require.NoError(t, err)
 			require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
 			p := rep.Protocol
-			require.Equal(t, ModeLog, p.Mode)
+			require.Equal(t, replica.ModeLog, p.Mode)
 			require.Contains(t, p.Note, "the runner's receipt")
 			require.Positive(t, p.Matched)
 			require.Positive(t, p.ReceiptLagMax)

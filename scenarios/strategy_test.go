@@ -10,6 +10,7 @@ import (
 	"github.com/doublerun/doublerun/lease"
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // A strategy's RefusesTransactionPooling says what its lease does: a
@@ -22,15 +23,15 @@ func TestStrategyRefusalMatchesTheLease(t *testing.T) {
 	db := stacktest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, name := range []string{StrategyAdvisory, StrategyAdvisoryUnguarded, StrategyAdvisoryWait, StrategyFenced, StrategyFencedWait} {
+	for _, name := range []string{strategy.Advisory, strategy.AdvisoryUnguarded, strategy.AdvisoryWait, strategy.Fenced, strategy.FencedWait} {
 		t.Run(name, func(t *testing.T) {
-			s, ok := LookupStrategy(name)
+			s, ok := strategy.Lookup(name)
 			require.True(t, ok)
 			if s.Setup != nil {
 				conn := stacktest.Connect(t, db.Postgres)
 				require.NoError(t, s.Setup(ctx, conn))
 			}
-			l, err := s.New(ctx, LeaseConfig{Replica: "r1", Name: "refusal-" + name, DSN: db.Transaction.DSN, TTL: 2 * time.Second, PollInterval: 100 * time.Millisecond})
+			l, err := s.New(ctx, strategy.LeaseConfig{Replica: "r1", Name: "refusal-" + name, DSN: db.Transaction.DSN, TTL: 2 * time.Second, PollInterval: 100 * time.Millisecond})
 			if s.RefusesTransactionPooling == "" {
 				require.NoError(t, err)
 				require.NoError(t, l.Close(ctx))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // TopologyKind is how a replica reaches Postgres: the endpoint its lease
@@ -87,4 +89,15 @@ func topologyNames() string {
 		names[i] = string(k)
 	}
 	return strings.Join(names, ", ")
+}
+
+// CheckStrategyTopology returns nil when the strategy called name takes topology k's lease
+// endpoint, and otherwise says why it refuses it. An unknown strategy is
+// Validate's to report.
+func CheckStrategyTopology(name string, k TopologyKind) error {
+	s, ok := strategy.Lookup(name)
+	if !ok || s.RefusesTransactionPooling == "" || k != Transaction {
+		return nil
+	}
+	return fmt.Errorf("strategy %s refuses topology %s: %s; use direct, session or pinned", name, k, s.RefusesTransactionPooling)
 }

@@ -11,6 +11,8 @@ import (
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/replica"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // Each run below is invalid on purpose, as a user's mistake makes one: it
@@ -32,7 +34,7 @@ func requireInconclusive(t *testing.T, rep *Report, condition string, says ...st
 // One replica: nobody to contend with.
 func TestOneReplicaIsInconclusive(t *testing.T) {
 	t.Parallel()
-	rep := runScenario(t, Scenario{Name: "one-replica", Strategy: StrategyAdvisory, Replicas: 1,
+	rep := runScenario(t, Scenario{Name: "one-replica", Strategy: strategy.Advisory, Replicas: 1,
 		Topology: Topology{Kind: Direct}, Expect: ExpectSafe, Duration: 2 * time.Second})
 	requireInconclusive(t, rep, oracle.ConditionContention, "only 1 replica ran")
 }
@@ -49,9 +51,9 @@ echo 'UniqueViolation: duplicate key value violates unique constraint "pg_type_t
 exit 1
 fi
 exec "$0" -test.run='^$'`
-	sc := Scenario{Name: "exits-at-start", Strategy: StrategyAdvisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
+	sc := Scenario{Name: "exits-at-start", Strategy: strategy.Advisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Duration: 2 * time.Second,
-		Replica:  &ReplicaCommand{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: StrategyAdvisory}}}
+		Replica:  &replica.Command{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	requireInconclusive(t, rep, oracle.ConditionContention, "only 1 replica left contending", "r1 replica-stopped", "exit status 1", "pg_type_typname_nsp_index")
@@ -75,9 +77,9 @@ func TestADirectDialIsInconclusive(t *testing.T) {
 	// the lease and work DSNs.
 	script := `D=$(printf %s "$DOUBLERUN_ORACLE_DSN" | sed 's/doublerun-oracle-/doublerun-/')
 DOUBLERUN_LEASE_DSN=$D DOUBLERUN_WORK_DSN=$D exec "$0" -test.run='^$'`
-	sc := Scenario{Name: "direct-dial", Strategy: StrategyAdvisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
+	sc := Scenario{Name: "direct-dial", Strategy: strategy.Advisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Duration: 2 * time.Second,
-		Replica:  &ReplicaCommand{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: StrategyAdvisory}}}
+		Replica:  &replica.Command{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	requireInconclusive(t, rep, oracle.ConditionPath, "s backends ", "connect from ", "not through its proxy: connect with `DOUBLERUN_LEASE_DSN`")
@@ -91,11 +93,11 @@ func TestAFaultThatReachesNothingIsInconclusive(t *testing.T) {
 while true; do echo work; sleep 0.1; echo done; sleep 0.05; done
 fi
 exec sleep 600`
-	sc := Scenario{Name: "fault-reaches-nothing", Strategy: StrategyAdvisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
+	sc := Scenario{Name: "fault-reaches-nothing", Strategy: strategy.Advisory, Topology: Topology{Kind: Direct}, Expect: ExpectSafe,
 		// A poll interval of 500ms gives the replica's pauses a tolerance
 		// of 1.1s (2 polls and 100ms), far above its 150ms cycle.
 		Duration: 2 * time.Second, TTL: time.Second, PollInterval: 500 * time.Millisecond, Fault: fault.PartitionLeader.Name(),
-		Replica: &ReplicaCommand{Command: []string{"sh", "-c", script}, Log: &LogPatterns{WorkStarted: "^work$", WorkEnded: "^done$"}}}
+		Replica: &replica.Command{Command: []string{"sh", "-c", script}, Log: &replica.LogPatterns{WorkStarted: "^work$", WorkEnded: "^done$"}}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	requireInconclusive(t, rep, oracle.ConditionStruck, "PARTITION_LEADER on r1's proxies never stalled its work", "DOUBLERUN_LEASE_DSN")

@@ -10,7 +10,7 @@ import (
 // Verdict is a judgement: whether what was measured meets what was
 // expected, and why. It is the one result type every caller reads: a
 // run's (Report.Verdict, from Judge), the #556 reproduction's
-// (Repro556Result.Verdict), and in package report a matrix cell's and a
+// (Repro556Result.Verdict), and in package chaos a matrix cell's and a
 // whole matrix's.
 type Verdict struct {
 	// Expect is the expectation judged against; empty for a verdict over

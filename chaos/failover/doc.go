@@ -10,7 +10,7 @@
 // injects the fault at a random phase of the poll:
 //
 //	KILL_LEADER               the leader is this binary started again
-//	                          (MaybeRunChild), killed with SIGKILL
+//	                          (package scenarios/reexec), killed with SIGKILL
 //	TERMINATE_LEADER_BACKEND  pg_terminate_backend of the leader's backend;
 //	                          the leader lives on, so the next Leader may
 //	                          be its own, under a new term
@@ -22,8 +22,12 @@
 // to the end of the first call that returns Leader afterwards. It is the
 // lease's own failover: a worker adds its first claim after it, and a
 // scenario (package scenarios) measures that whole path on the oracle's
-// clock. Strategies, named as package scenarios names them (and faults
-// as the catalog, package scenarios/fault, names them):
+// clock. The vocabulary is the harness's own: a trial builds its leases
+// through the strategy registry (package scenarios/strategy), so any
+// registered strategy can be measured, and takes its faults as values of
+// the catalog (package scenarios/fault). Each call is Acquire where the
+// lease has it (a lease without Wait answers it as TryAcquire). The
+// strategies measured by default:
 //
 //	advisory       lease.Advisory, TryAcquire every poll
 //	advisory-wait  lease.Advisory with Wait, through Acquire: the server

@@ -14,7 +14,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
 
-// BenchmarkFailover measures failover latency with the trials of Run (see
+// BenchmarkFailover measures failover latency with the trials of Measure (see
 // the package documentation): per endpoint (Postgres directly, PgBouncer
 // in session pooling), strategy and fault, 20 trials per iteration
 // (-benchtime=Nx runs N times as many), reported as p50, p99 and max in
@@ -29,16 +29,16 @@ func BenchmarkFailover(b *testing.B) {
 	require.NoError(b, lease.MigrateFenced(ctx, admin, ""))
 	key := int32(1000)
 	for _, ep := range []stack.Endpoint{db.Postgres, db.Session} {
-		for _, strategy := range failover.Strategies {
-			for _, fault := range failover.Faults {
-				b.Run(ep.Name+"/"+strategy+"/"+fault, func(b *testing.B) {
+		for _, name := range failover.Strategies {
+			for _, f := range failover.Faults {
+				b.Run(ep.Name+"/"+name+"/"+f.Name(), func(b *testing.B) {
 					var samples []time.Duration
 					for b.Loop() {
 						for range 20 {
 							key++
-							spec := failover.Spec{Strategy: strategy, DSN: ep.DSN, Key: key, TTL: 2 * time.Second, Poll: 100 * time.Millisecond,
-								Name: fmt.Sprintf("fo-%s-%s-%s-%d", ep.Name, strategy, fault, len(samples))}
-							o, err := failover.Trial(ctx, admin, spec, fault)
+							spec := failover.Spec{Strategy: name, DSN: ep.DSN, Key: key, TTL: 2 * time.Second, Poll: 100 * time.Millisecond,
+								Name: fmt.Sprintf("fo-%s-%s-%s-%d", ep.Name, name, f.Name(), len(samples))}
+							o, err := failover.Trial(ctx, admin, spec, f)
 							require.NoError(b, err)
 							samples = append(samples, o.Latency)
 						}

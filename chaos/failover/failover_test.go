@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/chaos/failover"
-	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 func TestSummarize(t *testing.T) {
@@ -62,30 +62,30 @@ func TestConfigValidate(t *testing.T) {
 	require.NoError(t, ok.Validate())
 	bad := ok
 	bad.Strategies = []string{"zookeeper"}
-	bad.Faults = []string{"METEOR"}
+	bad.Faults = []fault.Fault{fault.PartitionLeader}
 	bad.Trials = -1
 	err := bad.Validate()
-	require.ErrorContains(t, err, `unknown strategy "zookeeper"; valid: advisory, advisory-wait, fenced, fenced-wait`)
-	require.ErrorContains(t, err, `unknown fault "METEOR"; valid: KILL_LEADER, TERMINATE_LEADER_BACKEND, GRACEFUL_HANDOVER`)
+	require.ErrorContains(t, err, `unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced, fenced-wait`)
+	require.ErrorContains(t, err, `fault PARTITION_LEADER: a trial injects only KILL_LEADER, TERMINATE_LEADER_BACKEND, GRACEFUL_HANDOVER`)
 	require.ErrorContains(t, err, "trials -1: need at least 1")
 	require.ErrorContains(t, failover.Config{}.Validate(), "no admin DSN")
 }
 
-// Run measures each fault against real servers: one trial per cell on a
+// Measure measures each fault against real servers: one trial per cell on a
 // direct endpoint, with the waiting advisory lease, which fails over in
 // far less than a poll, and the polled one. The table has a row per cell.
-func TestRunMeasuresEveryFault(t *testing.T) {
+func TestMeasureCoversEveryFault(t *testing.T) {
 	t.Parallel()
 	db := stacktest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var progress []string
-	cells, err := failover.Run(ctx, failover.Config{
+	cells, err := failover.Measure(ctx, failover.Config{
 		Admin:      db.Postgres.DSN,
 		Endpoints:  []failover.Endpoint{{Name: "direct", DSN: db.Postgres.DSN}},
-		Strategies: []string{scenarios.StrategyAdvisoryWait, scenarios.StrategyAdvisory},
+		Strategies: []string{strategy.AdvisoryWait, strategy.Advisory},
 		Trials:     2,
-		Progress:   func(done, total int, c failover.Result) { progress = append(progress, c.Line()) },
+		Progress:   func(done, total int, c failover.Measurement) { progress = append(progress, c.Line()) },
 	})
 	require.NoError(t, err)
 	require.Len(t, cells, 6)
@@ -93,7 +93,7 @@ func TestRunMeasuresEveryFault(t *testing.T) {
 	for _, c := range cells {
 		require.Equal(t, 2, c.Stats.N, c.Line())
 		require.Positive(t, c.Stats.P50, c.Line())
-		if c.Strategy == scenarios.StrategyAdvisoryWait && c.Fault != fault.TerminateLeaderBackend.Name() {
+		if c.Strategy == strategy.AdvisoryWait && c.Fault != fault.TerminateLeaderBackend.Name() {
 			// The server hands the lease to the survivor waiting in
 			// pg_advisory_lock: its new term comes from a call already
 			// under way at the fault, not from a later poll. (A bound
@@ -108,18 +108,18 @@ func TestRunMeasuresEveryFault(t *testing.T) {
 	require.Contains(t, table, "| direct | advisory-wait | KILL_LEADER | ")
 }
 
-// A cancelled run stops at once and leaves no leader process behind. Not
+// A cancelled measurement stops at once and leaves no leader process behind. Not
 // parallel: another test's leader is this process's child too.
-func TestRunStopsWhenCancelled(t *testing.T) {
+func TestMeasureStopsWhenCancelled(t *testing.T) {
 	db := stacktest.NewDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	begin := time.Now()
-	_, err := failover.Run(ctx, failover.Config{
+	_, err := failover.Measure(ctx, failover.Config{
 		Admin:      db.Postgres.DSN,
 		Endpoints:  []failover.Endpoint{{Name: "direct", DSN: db.Postgres.DSN}},
-		Strategies: []string{scenarios.StrategyFenced},
-		Faults:     []string{fault.KillLeader.Name()},
+		Strategies: []string{strategy.Fenced},
+		Faults:     []fault.Fault{fault.KillLeader},
 	})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Less(t, time.Since(begin), 10*time.Second)

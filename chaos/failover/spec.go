@@ -2,29 +2,27 @@ package failover
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/doublerun/doublerun/lease"
-	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
-// Strategies are the strategies a failover is measured for, named as
-// package scenarios names them, in table order: lease.Advisory polled
-// with TryAcquire (scenarios.StrategyAdvisory), lease.Advisory with Wait
-// called through Acquire (StrategyAdvisoryWait), lease.Fenced polled
-// (StrategyFenced), and lease.Fenced with Wait called through Acquire
-// (StrategyFencedWait).
-var Strategies = []string{scenarios.StrategyAdvisory, scenarios.StrategyAdvisoryWait, scenarios.StrategyFenced, scenarios.StrategyFencedWait}
+// Strategies are the strategies a failover is measured for unless
+// Config.Strategies names others, in table order, named as the strategy
+// registry (package scenarios/strategy) names them: lease.Advisory
+// polled with TryAcquire (strategy.Advisory), lease.Advisory with Wait
+// called through Acquire (strategy.AdvisoryWait), lease.Fenced polled
+// (strategy.Fenced), and lease.Fenced with Wait called through Acquire
+// (strategy.FencedWait).
+var Strategies = []string{strategy.Advisory, strategy.AdvisoryWait, strategy.Fenced, strategy.FencedWait}
 
 // Spec is one replica's lease, in a form that can be handed to a child
 // process as JSON.
 type Spec struct {
-	// Strategy is one of Strategies; a -wait strategy is the lease with
-	// Wait set, called through Acquire.
+	// Strategy names a strategy of the registry (package
+	// scenarios/strategy), whose New builds the lease.
 	Strategy string `json:"strategy"`
 	DSN      string `json:"dsn"`
 	// Name is the lease's name, the same for every replica of a trial.
@@ -44,46 +42,32 @@ type Spec struct {
 // As returns s for the replica holder.
 func (s Spec) As(holder string) Spec { s.Holder = holder; return s }
 
-// Waits reports whether the strategy waits in Acquire.
-func (s Spec) Waits() bool { return strings.HasSuffix(s.Strategy, "-wait") }
-
 // AppName is the lease connection's application_name, by which a trial
 // finds the leader's backend.
 func (s Spec) AppName() string { return s.Name + "-" + s.Holder }
 
-// CheckStrategy returns nil for a strategy of Strategies, else an error
-// that lists them.
-func CheckStrategy(name string) error {
-	if slices.Contains(Strategies, name) {
-		return nil
+// lease builds the lease s describes through the strategy registry,
+// logging to log (nil discards). An advisory lease locks a key of the
+// trial's own (Key), so that no trial contends with what another left,
+// and a waiting lease waits at most its own default bound (PollInterval
+// left 0), not the poll.
+func (s Spec) lease(ctx context.Context, log *slog.Logger) (lease.Lease, error) {
+	st, ok := strategy.Lookup(s.Strategy)
+	if !ok {
+		return nil, strategy.Check(s.Strategy)
 	}
-	return fmt.Errorf("unknown strategy %q; valid: %s", name, strings.Join(Strategies, ", "))
+	return st.New(ctx, strategy.LeaseConfig{
+		Replica: s.Holder, Name: s.Name, DSN: s.DSN, TTL: s.TTL, Logger: log, ApplicationName: s.AppName(),
+		AdvisoryLock: &lease.AdvisoryLock{Key1: lease.DefaultAdvisoryLock.Key1, Key2: s.Key},
+	})
 }
 
-// NewLease builds the lease s describes, logging to log (nil discards).
-// The polled advisory lease accepts a transaction pool, as BenchmarkPoll
-// in package lease measures #556 there; a waiting one is refused there.
-func NewLease(ctx context.Context, s Spec, log *slog.Logger) (lease.Lease, error) {
-	switch strings.TrimSuffix(s.Strategy, "-wait") {
-	case scenarios.StrategyAdvisory:
-		return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
-			DSN: s.DSN, Name: s.Name, Holder: s.Holder, Key2: s.Key, ApplicationName: s.AppName(),
-			AllowTransactionPooling: !s.Waits(), Wait: s.Waits(), Logger: log,
-		})
-	case scenarios.StrategyFenced:
-		return lease.NewFenced(ctx, lease.FencedConfig{
-			DSN: s.DSN, Name: s.Name, Holder: s.Holder, ApplicationName: s.AppName(), TTL: s.TTL,
-			Wait: s.Waits(), Logger: log,
-		})
-	}
-	return nil, CheckStrategy(s.Strategy)
-}
-
-// Call is one call of a replica: Acquire for a waiting strategy,
-// TryAcquire otherwise.
-func (s Spec) Call(ctx context.Context, l lease.Lease) (lease.Result, error) {
-	if s.Waits() {
-		return l.(lease.Acquirer).Acquire(ctx)
+// call is one call of a replica: Acquire for a lease that has it (a
+// waiting strategy's lease waits there; any other answers as TryAcquire
+// does), TryAcquire otherwise.
+func call(ctx context.Context, l lease.Lease) (lease.Result, error) {
+	if a, ok := l.(lease.Acquirer); ok {
+		return a.Acquire(ctx)
 	}
 	return l.TryAcquire(ctx)
 }

@@ -26,15 +26,16 @@ import (
 //	GRACEFUL_HANDOVER         the leader stops calling and closes its
 //	                          lease, which releases it; measured from the
 //	                          start of Close
-var Faults = []string{fault.KillLeader.Name(), fault.TerminateLeaderBackend.Name(), fault.GracefulHandover.Name()}
+var Faults = []fault.Fault{fault.KillLeader, fault.TerminateLeaderBackend, fault.GracefulHandover}
 
-// CheckFault returns nil for a fault of Faults, else an error that lists
-// them.
-func CheckFault(name string) error {
-	if slices.Contains(Faults, name) {
-		return nil
+// notInjected is the error for a fault of the catalog that a trial does
+// not inject.
+func notInjected(f fault.Fault) error {
+	names := make([]string, len(Faults))
+	for i, f := range Faults {
+		names[i] = f.Name()
 	}
-	return fmt.Errorf("unknown fault %q; valid: %s", name, strings.Join(Faults, ", "))
+	return fmt.Errorf("fault %s: a trial injects only %s", f.Name(), strings.Join(names, ", "))
 }
 
 // giveUp bounds how long a trial waits for a new leader after the fault.
@@ -47,8 +48,8 @@ type observation struct {
 	res            lease.Result
 }
 
-// Outcome is what one trial measured.
-type Outcome struct {
+// TrialResult is what one trial measured.
+type TrialResult struct {
 	// Latency runs from the fault until a call returned Leader.
 	Latency time.Duration
 	// Woken says that call was already under way when the fault landed:
@@ -58,18 +59,18 @@ type Outcome struct {
 	Woken bool
 }
 
-// Trial measures one failover: from the instant faultName is injected into
-// the leader until a replica's call returns Leader, on this process's
-// monotonic clock, and whether that call was under way at the fault
-// (Outcome.Woken). Two replicas run, the leader ("a") and a survivor
+// Trial measures one failover: from the instant f, one of Faults, is
+// injected into the leader until a replica's call returns Leader, on this
+// process's monotonic clock, and whether that call was under way at the
+// fault (TrialResult.Woken). Two replicas run, the leader ("a") and a survivor
 // ("b"), each calling its lease at the pace of spec.Poll; the fault lands
 // at a random phase of the poll, after the survivor has had a poll's time
 // to start waiting. admin is a direct connection to spec's database, from
 // which the leader's backend is found and terminated. Every lease the
 // trial opens is closed, and its child process killed, before it returns.
-func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, faultName string) (Outcome, error) {
-	if err := CheckFault(faultName); err != nil {
-		return Outcome{}, err
+func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, f fault.Fault) (TrialResult, error) {
+	if !slices.Contains(Faults, f) {
+		return TrialResult{}, notInjected(f)
 	}
 	trialCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
@@ -84,23 +85,23 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, faultName string) (O
 		stopLeader = func() {}
 		leaderDone = make(chan struct{})
 	)
-	if faultName == fault.KillLeader.Name() {
+	if f == fault.KillLeader {
 		var err error
 		if kid, err = startChild(trialCtx, spec.As("a")); err != nil {
-			return Outcome{}, err
+			return TrialResult{}, err
 		}
 		defer kid.stop()
 		close(leaderDone)
 	} else {
 		var err error
-		if leader, err = NewLease(ctx, spec.As("a"), nil); err != nil {
-			return Outcome{}, fmt.Errorf("leader's lease: %w", err)
+		if leader, err = spec.As("a").lease(ctx, nil); err != nil {
+			return TrialResult{}, fmt.Errorf("leader's lease: %w", err)
 		}
 		// Deferred first, it runs last: after the loops have stopped.
 		defer leader.Close(closeCtx)
 		first, err := leader.TryAcquire(ctx)
 		if err != nil || first.Status != lease.Leader {
-			return Outcome{}, fmt.Errorf("the first lease did not lead: %s %v %v", first.Status, first.Err, err)
+			return TrialResult{}, fmt.Errorf("the first lease did not lead: %s %v %v", first.Status, first.Err, err)
 		}
 		term = first.Term
 		var leaderCtx context.Context
@@ -108,13 +109,13 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, faultName string) (O
 		go func() { defer close(leaderDone); replicaLoop(leaderCtx, spec, leader, "a", obs) }()
 	}
 	defer func() { stopLeader(); <-leaderDone }()
-	survivor, err := NewLease(ctx, spec.As("b"), nil)
+	survivor, err := spec.As("b").lease(ctx, nil)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("survivor's lease: %w", err)
+		return TrialResult{}, fmt.Errorf("survivor's lease: %w", err)
 	}
 	defer survivor.Close(closeCtx)
 	if res, err := survivor.TryAcquire(ctx); err != nil || res.Status != lease.Follower {
-		return Outcome{}, fmt.Errorf("the second lease was not a follower: %s %v %v", res.Status, res.Err, err)
+		return TrialResult{}, fmt.Errorf("the second lease was not a follower: %s %v %v", res.Status, res.Err, err)
 	}
 	survivorDone := make(chan struct{})
 	go func() { defer close(survivorDone); replicaLoop(trialCtx, spec, survivor, "b", obs) }()
@@ -123,32 +124,32 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, faultName string) (O
 	// Land the fault at a random phase of the poll, and let a waiting
 	// survivor be in its wait.
 	if err := sleep(ctx, spec.Poll+rand.N(spec.Poll)); err != nil {
-		return Outcome{}, err
+		return TrialResult{}, err
 	}
 	var start time.Time
-	switch faultName {
-	case fault.GracefulHandover.Name():
+	switch f {
+	case fault.GracefulHandover:
 		stopLeader()
 		<-leaderDone
 		start = time.Now()
 		if err := leader.Close(ctx); err != nil {
-			return Outcome{}, fmt.Errorf("release: %w", err)
+			return TrialResult{}, fmt.Errorf("release: %w", err)
 		}
-	case fault.KillLeader.Name():
+	case fault.KillLeader:
 		start = time.Now()
 		if err := kid.kill(); err != nil {
-			return Outcome{}, fmt.Errorf("kill the leader: %w", err)
+			return TrialResult{}, fmt.Errorf("kill the leader: %w", err)
 		}
-	case fault.TerminateLeaderBackend.Name():
+	case fault.TerminateLeaderBackend:
 		var pid int32
 		if err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
 			spec.As("a").AppName()).Scan(&pid); err != nil {
-			return Outcome{}, fmt.Errorf("find the leader's backend: %w", err)
+			return TrialResult{}, fmt.Errorf("find the leader's backend: %w", err)
 		}
 		start = time.Now()
 		var ok bool
 		if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
-			return Outcome{}, fmt.Errorf("pg_terminate_backend(%d): %v %v", pid, ok, err)
+			return TrialResult{}, fmt.Errorf("pg_terminate_backend(%d): %v %v", pid, ok, err)
 		}
 	}
 	deadline := time.NewTimer(giveUp)
@@ -169,24 +170,24 @@ func Trial(ctx context.Context, admin *pgx.Conn, spec Spec, faultName string) (O
 			// reports with its old term and no fault seen came from a
 			// backend that had not died yet.
 			if o.res.Status == lease.Leader && (o.replica == "b" || oldLeaderNoticed || o.res.Term != term) {
-				return Outcome{Latency: o.ended.Sub(start), Woken: o.started.Before(start)}, nil
+				return TrialResult{Latency: o.ended.Sub(start), Woken: o.started.Before(start)}, nil
 			}
 		case <-deadline.C:
-			return Outcome{}, fmt.Errorf("%s/%s: no leader %s after the fault", spec.Strategy, faultName, giveUp)
+			return TrialResult{}, fmt.Errorf("%s/%s: no leader %s after the fault", spec.Strategy, f.Name(), giveUp)
 		case <-ctx.Done():
-			return Outcome{}, ctx.Err()
+			return TrialResult{}, ctx.Err()
 		}
 	}
 }
 
-// replicaLoop is one replica: it calls its lease (see Spec.Call) and
+// replicaLoop is one replica: it calls its lease (see call) and
 // starts the next call spec.Poll after the last one started, or at once
 // when the call took longer, as a waiting follower's does. It stops when
 // ctx ends.
 func replicaLoop(ctx context.Context, spec Spec, l lease.Lease, replica string, out chan<- observation) {
 	for {
 		started := time.Now()
-		res, err := spec.Call(ctx, l)
+		res, err := call(ctx, l)
 		if err != nil {
 			return
 		}

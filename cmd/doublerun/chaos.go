@@ -12,7 +12,7 @@ import (
 	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
-	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/replica"
 )
 
 const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR] [--replicas N]
@@ -94,7 +94,7 @@ func chaosCommand() command {
 			if err := parse(fs, args); err != nil {
 				return err
 			}
-			var command *scenarios.ReplicaCommand
+			var command *replica.Command
 			if *replicaFile != "" && *strategy == "" {
 				return usageError{"--replica needs --strategy: the strategy whose column of the table the command is judged by, such as advisory for a session advisory lock"}
 			}
@@ -106,7 +106,7 @@ func chaosCommand() command {
 				if command, err = scenarios.ParseReplicaCommand(data); err != nil {
 					return usageError{fmt.Sprintf("--replica %s: %v", *replicaFile, err)}
 				}
-				if err := scenarios.CheckCommand(command); err != nil {
+				if err := command.Check(); err != nil {
 					return envError{err.Error()}
 				}
 			}
@@ -146,8 +146,10 @@ func chaosCommand() command {
 			defer dropEmptyOut()
 			res, err := chaos.RunSets(ctx, cells, chaos.RunConfig{
 				Sets: sets, Shard: shardI, Shards: shardN, Replicas: n, Replica: command, OutDir: *out, Logger: e.log,
-				OnSet:    func(s chaos.SetStart) { printSet(e, s, shardI, shardN) },
-				OnResult: func(done, total int, r report.Result) { fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line()) },
+				OnSet: func(s chaos.SetStart) { printSet(e, s, shardI, shardN) },
+				OnResult: func(done, total int, r chaos.CellResult) {
+					fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, r.Line())
+				},
 			})
 			if err != nil {
 				return err

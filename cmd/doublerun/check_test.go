@@ -15,6 +15,7 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 )
 
@@ -226,8 +227,8 @@ func TestCheckRefusesMissingEvidence(t *testing.T) {
 			delete(r["history"].(map[string]any), "token_ops")
 		}), "evidence missing: history.token_ops is empty, yet strategy fenced has the runner record every grant of its token (table doublerun_leases); without them the fence cannot be checked"},
 		{"FencedWritesOfACommandWithoutTokenOperations", forged(t, dir, name, func(r *scenarios.Report) {
-			r.Scenario.Replica = &scenarios.ReplicaCommand{Command: []string{"my-lease"}}
-			r.Protocol = &scenarios.ProtocolInfo{Mode: scenarios.ModeSQL}
+			r.Scenario.Replica = &replica.Command{Command: []string{"my-lease"}}
+			r.Protocol = &scenarios.ProtocolInfo{Mode: replica.ModeSQL}
 			r.History.TokenOps = nil
 		}), "evidence missing: history.token_ops is empty, yet 17 writes of the replica commands are marked fenced; a write is fenced only under a token granted in the strategy's token table, whose grants are missing"},
 		{"AWriteOutsideWork", forged(t, dir, name, func(r *scenarios.Report) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/doublerun/doublerun/mutation"
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
@@ -158,57 +157,6 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	_, stderr, code := cli(t, append([]string{"DOUBLERUN_TRANSACTION_POOL_SIZE=-1"}, noStack...), "stack", "up")
 	require.Equal(t, 2, code)
 	require.Equal(t, `doublerun stack: DOUBLERUN_TRANSACTION_POOL_SIZE="-1" is not a pool size from 1 to 16 (`+stack.MaxPoolSizeWhy+`); unset it or set one such as 1`+"\n", stderr)
-}
-
-// The mutation commands find the repository's files from any directory
-// inside it, passing over the go.mod of a test fixture's own module, and
-// outside it say where to run them.
-func TestMutationFindsTheRepositoryRoot(t *testing.T) {
-	t.Parallel()
-	clamp, err := filepath.Abs(clampReport)
-	require.NoError(t, err)
-	fixture, err := filepath.Abs(filepath.Join("..", "..", "mutation", "testdata", "fixture"))
-	require.NoError(t, err)
-	require.FileExists(t, filepath.Join(fixture, "go.mod"), "the fixture is a module of its own")
-
-	baseline, err := mutation.ReadBaseline(filepath.Join("..", "..", "testdata", "mutation", "baseline.json"))
-	require.NoError(t, err)
-	for _, dir := range []string{".", fixture} {
-		cmd := cliCommand(t, nil, "mutation", "gate", "--report", "lease="+clamp)
-		cmd.Dir = dir
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		require.Error(t, cmd.Run())
-		require.Equal(t, 1, cmd.ProcessState.ExitCode())
-		require.Equal(t, fmt.Sprintf("doublerun mutation: gate failed: lease: efficacy 50.00%% is below the baseline %.2f%% (and 3 more above)\n", baseline["lease"].Efficacy), stderr.String(),
-			"the committed baseline was read from %s", dir)
-	}
-
-	outside := t.TempDir()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"mutation", "gate", "--report", "lease=" + clamp},
-			"doublerun mutation: cannot find testdata/mutation/baseline.json: the working directory is not inside the doublerun repository; " +
-				"run doublerun mutation gate from inside it, or pass --baseline FILE (or --baseline '' for none)\n"},
-		{[]string{"mutation", "guards"},
-			"doublerun mutation: cannot find testdata/mutation/*.guards.json: the working directory is not inside the doublerun repository; " +
-				"run doublerun mutation guards from inside it, or pass --manifest GLOB\n"},
-	} {
-		cmd := cliCommand(t, nil, tc.args...)
-		cmd.Dir = outside
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		require.Error(t, cmd.Run())
-		require.Equal(t, 1, cmd.ProcessState.ExitCode())
-		require.Equal(t, tc.want, stderr.String())
-		require.Empty(t, stdout.String())
-	}
-	// --baseline '' outside the repository gates on the thresholds alone.
-	cmd := cliCommand(t, nil, "mutation", "gate", "--baseline", "", "--report", "lease="+clamp)
-	cmd.Dir = outside
-	require.NoError(t, cmd.Run())
 }
 
 // --replicas reaches the runner: a run with 4 replicas starts 4 replica
@@ -400,7 +348,7 @@ func TestReplicaCommandGetsItsExitCodeAndFirstLine(t *testing.T) {
 			`doublerun run: replica r1: command "true" exited before any leader work was reported (exit status 0) with no output; fix the command so that it keeps running as a replica (its output: out/case/replicas/r1.log)`, false},
 		{"NeverReportsWork", `{` + base + `, "replica": {"command": ["sleep", "600"]}}`, 1,
 			"doublerun run: scenario case: verdict failed: no leader work was reported: in 30s no replica command called doublerun.work_begin; " +
-				"make the lease call it (on " + scenarios.EnvOracleDSN + ") when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", true},
+				"make the lease call it (on " + replica.EnvOracleDSN + ") when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

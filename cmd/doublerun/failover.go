@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/doublerun/doublerun/chaos/failover"
+	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 const failoverUsage = `Usage: doublerun failover [--trials N] [--strategy LIST] [--fault LIST] [--topology LIST] [--poll D] [--ttl D] [--out DIR]
@@ -19,7 +22,8 @@ Measures how fast each lease fails over: from the instant a fault is
 injected into the leader until another lease call returns Leader, over N
 trials per cell, and prints a Markdown table of p50, p99, max and n per
 topology, strategy and fault (p99 is the nearest rank: with fewer than 100
-trials, the worst). Strategies: advisory, advisory-wait, fenced, fenced-wait.
+trials, the worst). Strategies: advisory, advisory-wait, fenced, fenced-wait
+by default, or any other of the registry (advisory-unguarded).
 Faults: KILL_LEADER (SIGKILL of the leader's process),
 TERMINATE_LEADER_BACKEND (pg_terminate_backend of its backend),
 GRACEFUL_HANDOVER (the leader closes its lease). Topologies: direct
@@ -42,7 +46,7 @@ func failoverCommand() command {
 			fs := newFlagSet("failover", failoverUsage, e)
 			trials := fs.Int("trials", 20, "trials per cell, 1 to 1000")
 			strategies := fs.String("strategy", strings.Join(failover.Strategies, ","), "comma-separated strategies")
-			faults := fs.String("fault", strings.Join(failover.Faults, ","), "comma-separated faults")
+			faults := fs.String("fault", strings.Join(faultNames(failover.Faults), ","), "comma-separated faults")
 			topologies := fs.String("topology", strings.Join(failoverTopologies, ","), "comma-separated topologies: direct, session")
 			poll := fs.Duration("poll", 100*time.Millisecond, "each replica's poll interval, 1ms to 10s")
 			ttl := fs.Duration("ttl", 2*time.Second, "the fenced lease's TTL, 100ms to 1m")
@@ -54,19 +58,11 @@ func failoverCommand() command {
 			if err != nil {
 				return err
 			}
-			if err := checkEnv(""); err != nil {
-				return err
-			}
-			dropEmptyOut, err := outDir("out", *out)
+			s, done, err := stackFor(ctx, e, "", *out)
 			if err != nil {
 				return err
 			}
-			defer dropEmptyOut()
-			s, closeStack, err := startStack(ctx, e)
-			if err != nil {
-				return err
-			}
-			defer closeStack()
+			defer done()
 			db, err := s.CreateDatabase(ctx, "failover_")
 			if err != nil {
 				return err
@@ -87,11 +83,11 @@ func failoverCommand() command {
 			total := len(cfg.Endpoints) * len(cfg.Strategies) * len(cfg.Faults)
 			fmt.Fprintf(e.stdout, "failover: %d cell(s) × %d trials on %s; poll %s, fenced TTL %s\n",
 				total, cfg.Trials, strings.Join(topos, ", "), cfg.Poll, cfg.TTL)
-			cfg.Progress = func(done, total int, c failover.Result) {
+			cfg.Progress = func(done, total int, c failover.Measurement) {
 				fmt.Fprintf(e.stdout, "[%d/%d] %s\n", done, total, c.Line())
 			}
 			begin := time.Now()
-			cells, runErr := failover.Run(ctx, cfg)
+			cells, runErr := failover.Measure(ctx, cfg)
 			if len(cells) > 0 {
 				fmt.Fprintf(e.stdout, "\n%s\n", failover.Table(cells))
 				fmt.Fprintf(e.stdout, "%d cell(s) in %s\n", len(cells), time.Since(begin).Round(time.Second))
@@ -123,11 +119,19 @@ func failoverConfig(trials int, strategies, faults, topologies string, poll, ttl
 		return cfg, nil, usageError{fmt.Sprintf("--ttl must be from 100ms to 1m, not %s", ttl)}
 	}
 	var err error
-	if cfg.Strategies, err = list("strategy", strategies, failover.CheckStrategy); err != nil {
+	if cfg.Strategies, err = list("strategy", strategies, strategy.Check); err != nil {
 		return cfg, nil, err
 	}
-	if cfg.Faults, err = list("fault", faults, failover.CheckFault); err != nil {
+	names, err := list("fault", faults, func(name string) error {
+		_, err := failoverFault(name)
+		return err
+	})
+	if err != nil {
 		return cfg, nil, err
+	}
+	for _, name := range names {
+		f, _ := failoverFault(name)
+		cfg.Faults = append(cfg.Faults, f)
 	}
 	topos, err := list("topology", topologies, func(t string) error {
 		for _, ok := range failoverTopologies {
@@ -166,8 +170,26 @@ func list(flagName, value string, check func(string) error) ([]string, error) {
 	return out, nil
 }
 
+// failoverFault is the fault of the catalog called name when a trial
+// injects it; the error lists those it does.
+func failoverFault(name string) (fault.Fault, error) {
+	if f, ok := fault.Lookup(name); ok && slices.Contains(failover.Faults, f) {
+		return f, nil
+	}
+	return nil, fmt.Errorf("unknown fault %q; valid: %s", name, strings.Join(faultNames(failover.Faults), ", "))
+}
+
+// faultNames are the names of faults, in order.
+func faultNames(faults []fault.Fault) []string {
+	names := make([]string, len(faults))
+	for i, f := range faults {
+		names[i] = f.Name()
+	}
+	return names
+}
+
 // writeFailover writes the table and the raw figures under dir.
-func writeFailover(dir string, cells []failover.Result) error {
+func writeFailover(dir string, cells []failover.Measurement) error {
 	data, err := json.MarshalIndent(cells, "", "  ")
 	if err != nil {
 		return err

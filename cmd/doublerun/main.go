@@ -19,8 +19,7 @@ import (
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
-	"github.com/doublerun/doublerun/chaos/failover"
-	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/reexec"
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
@@ -81,10 +80,10 @@ func commands() []command {
 }
 
 func main() {
-	// A scenario replica, and a failover trial's leader, is this binary
-	// started again; neither returns.
-	scenarios.MaybeRunReplica()
-	failover.MaybeRunChild()
+	// A scenario replica, a replica command's keeper and a failover
+	// trial's leader are this binary started again (package reexec); as
+	// one, Main does not return.
+	reexec.Main()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

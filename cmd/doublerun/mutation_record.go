@@ -34,10 +34,7 @@ func mutationRecord(ctx context.Context, e *env, args []string) error {
 	if *shards < 1 || *shards > 64 {
 		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", *shards)}
 	}
-	if err := defaultInRepo(fs, "record", recordFile, "mutation record", "--record FILE"); err != nil {
-		return err
-	}
-	root, err := moduleRoot()
+	root, err := repoRoot(fs, "mutation record", fileFlag{"record", recordFile})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -272,4 +273,55 @@ func TestGremlinsCoefficient(t *testing.T) {
 	require.Equal(t, 3, gremlinsCoefficient(dir), "no positive coefficient")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ".gremlins.yaml"), []byte("unleash:\n  # a comment\n  timeout-coefficient: 7\n"), 0o644))
 	require.Equal(t, 7, gremlinsCoefficient(dir))
+}
+
+// The mutation commands find the repository's files from any directory
+// inside it, passing over the go.mod of a test fixture's own module, and
+// outside it say where to run them.
+func TestMutationFindsTheRepositoryRoot(t *testing.T) {
+	t.Parallel()
+	clamp, err := filepath.Abs(clampReport)
+	require.NoError(t, err)
+	fixture, err := filepath.Abs(filepath.Join("..", "..", "mutation", "testdata", "fixture"))
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(fixture, "go.mod"), "the fixture is a module of its own")
+
+	baseline, err := mutation.ReadBaseline(filepath.Join("..", "..", "testdata", "mutation", "baseline.json"))
+	require.NoError(t, err)
+	for _, dir := range []string{".", fixture} {
+		cmd := cliCommand(t, nil, "mutation", "gate", "--report", "lease="+clamp)
+		cmd.Dir = dir
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.Error(t, cmd.Run())
+		require.Equal(t, 1, cmd.ProcessState.ExitCode())
+		require.Equal(t, fmt.Sprintf("doublerun mutation: gate failed: lease: efficacy 50.00%% is below the baseline %.2f%% (and 3 more above)\n", baseline["lease"].Efficacy), stderr.String(),
+			"the committed baseline was read from %s", dir)
+	}
+
+	outside := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mutation", "gate", "--report", "lease=" + clamp},
+			"doublerun mutation: cannot find testdata/mutation/baseline.json: the working directory is not inside the doublerun repository; " +
+				"run doublerun mutation gate from inside it, or pass --baseline FILE (or --baseline '' for none)\n"},
+		{[]string{"mutation", "guards"},
+			"doublerun mutation: cannot find testdata/mutation/*.guards.json: the working directory is not inside the doublerun repository; " +
+				"run doublerun mutation guards from inside it, or pass --manifest GLOB\n"},
+	} {
+		cmd := cliCommand(t, nil, tc.args...)
+		cmd.Dir = outside
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.Error(t, cmd.Run())
+		require.Equal(t, 1, cmd.ProcessState.ExitCode())
+		require.Equal(t, tc.want, stderr.String())
+		require.Empty(t, stdout.String())
+	}
+	// --baseline '' outside the repository gates on the thresholds alone.
+	cmd := cliCommand(t, nil, "mutation", "gate", "--baseline", "", "--report", "lease="+clamp)
+	cmd.Dir = outside
+	require.NoError(t, cmd.Run())
 }

@@ -5,7 +5,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 const replicaUsage = `Usage: doublerun replica --strategy NAME
@@ -28,17 +29,17 @@ func replicaCommand() command {
 		name: "replica", summary: "run a built-in lease as a replica command (started by run and chaos)", usage: replicaUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
 			fs := newFlagSet("replica", replicaUsage, e)
-			strategy := fs.String("strategy", "", "the built-in strategy whose lease this replica runs: "+strings.Join(scenarios.StrategyNames(), ", "))
+			name := fs.String("strategy", "", "the built-in strategy whose lease this replica runs: "+strings.Join(strategy.Names(), ", "))
 			if err := parse(fs, args); err != nil {
 				return err
 			}
-			if *strategy == "" {
-				return usageError{"--strategy is required; one of " + strings.Join(scenarios.StrategyNames(), ", ")}
+			if *name == "" {
+				return usageError{"--strategy is required; one of " + strings.Join(strategy.Names(), ", ")}
 			}
-			if os.Getenv(scenarios.EnvReplicaID) == "" {
-				return usageError{scenarios.EnvReplicaID + " is not set: this command is a replica that doublerun run and doublerun chaos start, with the DOUBLERUN_* variables set"}
+			if os.Getenv(replica.EnvReplicaID) == "" {
+				return usageError{replica.EnvReplicaID + " is not set: this command is a replica that doublerun run and doublerun chaos start, with the DOUBLERUN_* variables set"}
 			}
-			return scenarios.RunCommandReplica(ctx, *strategy, os.Getenv)
+			return replica.RunAsCommand(ctx, *name, os.Getenv)
 		},
 	}
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -59,6 +62,25 @@ func declaresModule(gomod, path string) bool {
 	return false
 }
 
+// fileFlag is a flag whose default names a file of the repository.
+type fileFlag struct {
+	name  string
+	value *string
+}
+
+// repoRoot is how a mutation subcommand that reads the repository's files
+// starts: it resolves the default of each of flags against the repository
+// root (defaultInRepo; a flag given is used as it is), naming command in
+// the error, and returns the root.
+func repoRoot(fs *flagSet, command string, flags ...fileFlag) (string, error) {
+	for _, f := range flags {
+		if err := defaultInRepo(fs, f.name, f.value, command, "--"+f.name+" FILE"); err != nil {
+			return "", err
+		}
+	}
+	return moduleRoot()
+}
+
 // defaultInRepo resolves the flag's value against the repository root
 // when the command line left it at its default (a path relative to the
 // root); a value the user gave is relative to the working directory, as
@@ -77,4 +99,49 @@ func defaultInRepo(fs *flagSet, flagName string, value *string, command, instead
 	}
 	*value = path
 	return nil
+}
+
+// cleanHead returns HEAD's commit, or an error when the working tree has
+// changes: a record names the code that passed.
+func cleanHead(ctx context.Context, root string) (string, error) {
+	status, err := gitOutput(ctx, root, "status", "--porcelain")
+	if err != nil {
+		return "", err
+	}
+	if status != "" {
+		return "", fmt.Errorf("not writing the record: the working tree has changes (%s); commit them and run again", strings.SplitN(status, "\n", 2)[0])
+	}
+	return gitOutput(ctx, root, "rev-parse", "HEAD")
+}
+
+// commitCount is the number of commits in HEAD's history; the
+// per-submission gate takes shard commitCount mod n, so n consecutive
+// submissions cover every shard.
+func commitCount(ctx context.Context, root string) (int, error) {
+	out, err := gitOutput(ctx, root, "rev-list", "--count", "HEAD")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(out)
+}
+
+func gitOutput(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// moduleRoot is the repository root, found from the working directory.
+func moduleRoot() (string, error) {
+	p, err := repoFile("go.mod")
+	if err != nil {
+		return "", fmt.Errorf("%v; run the mutation commands from inside it", err)
+	}
+	return filepath.Abs(filepath.Dir(p))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/report"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
@@ -98,23 +99,15 @@ func runCommand() command {
 			}
 			if sc.Replica != nil {
 				// Before the stack starts: one line, exit 2.
-				if err := scenarios.CheckCommand(sc.Replica); err != nil {
+				if err := sc.Replica.Check(); err != nil {
 					return envError{err.Error()}
 				}
 			}
-			if err := checkEnv(set); err != nil {
-				return err
-			}
-			dropEmptyOut, err := outDir("out", *out)
+			s, done, err := stackFor(ctx, e, set, *out)
 			if err != nil {
 				return err
 			}
-			defer dropEmptyOut()
-			s, closeStack, err := startStackOn(ctx, e, set)
-			if err != nil {
-				return err
-			}
-			defer closeStack()
+			defer done()
 			if !*asJSON {
 				fmt.Fprintln(e.stdout, versionsLine(s))
 			}
@@ -142,7 +135,7 @@ func runCommand() command {
 				}
 			} else {
 				fmt.Fprintln(e.stdout, report.Line(rep))
-				if p := rep.Protocol; p != nil && p.Mode == scenarios.ModeLog {
+				if p := rep.Protocol; p != nil && p.Mode == replica.ModeLog {
 					fmt.Fprintf(e.stdout, "log mode: the times are the runner's receipt of %d matching lines (of %d); receipt lag median %s, max %s\n",
 						p.Matched, p.Lines, time.Duration(p.ReceiptLagMedian).Round(time.Microsecond), time.Duration(p.ReceiptLagMax).Round(time.Microsecond))
 				}
@@ -201,19 +194,11 @@ func reproCommand() command {
 			if err != nil {
 				return err
 			}
-			if err := checkEnv(set); err != nil {
-				return err
-			}
-			dropEmptyOut, err := outDir("out", *out)
+			s, done, err := stackFor(ctx, e, set, *out)
 			if err != nil {
 				return err
 			}
-			defer dropEmptyOut()
-			s, closeStack, err := startStackOn(ctx, e, set)
-			if err != nil {
-				return err
-			}
-			defer closeStack()
+			defer done()
 			fmt.Fprintln(e.stdout, versionsLine(s))
 			begin := time.Now()
 			res, err := scenarios.Repro556(ctx, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
@@ -256,6 +241,31 @@ func checkEnv(versions string) error {
 // cleanup.
 func startStack(ctx context.Context, e *env) (*stack.Stack, func(), error) {
 	return startStackOn(ctx, e, "")
+}
+
+// stackFor is how a command that runs on a stack of its own starts: it
+// reads the environment the stack will read (a variable it cannot take
+// stops the command before anything is made), makes the --out directory
+// out ("" for none) and starts a stack of the version set set ("" for the
+// stack's own choice). done shuts the stack down, then removes out again
+// if it was made and is still empty; on an error nothing is left.
+func stackFor(ctx context.Context, e *env, set, out string) (s *stack.Stack, done func(), err error) {
+	if err := checkEnv(set); err != nil {
+		return nil, nil, err
+	}
+	dropEmptyOut, err := outDir("out", out)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, closeStack, err := startStackOn(ctx, e, set)
+	if err != nil {
+		dropEmptyOut()
+		return nil, nil, err
+	}
+	return s, func() {
+		closeStack()
+		dropEmptyOut()
+	}, nil
 }
 
 // scenarioOf is the built-in scenario called name, or the one written in

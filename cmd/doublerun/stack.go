@@ -88,10 +88,8 @@ func stackUp(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
 		e.log.Info("stopping stack")
-		if err := s.Close(cctx); err != nil {
+		if err := s.Shutdown(ctx); err != nil {
 			e.log.Error("stack cleanup", "err", err)
 		}
 	}()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
@@ -88,9 +87,7 @@ func startStackOn(ctx context.Context, e *env, versions string) (*stack.Stack, f
 		return nil, nil, err
 	}
 	return s, func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := s.Close(cctx); err != nil {
+		if err := s.Shutdown(ctx); err != nil {
 			e.log.Error("stack cleanup", "err", err)
 		}
 	}, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/report"
@@ -83,18 +84,18 @@ func TestVersionsBadInputGetsOneLine(t *testing.T) {
 func TestChaosMergePrintsAndWritesTheSummary(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	cell := func(name string, pass bool) report.Result {
+	cell := func(name string, pass bool) chaos.CellResult {
 		sc := scenarios.Scenario{Name: "fenced/transaction/" + name, Strategy: "fenced", Fault: name, Expect: scenarios.ExpectSafe,
 			Topology: scenarios.Topology{Kind: scenarios.Transaction, PoolSize: 1}}
-		return report.Result{Scenario: sc, Versions: "pg17-pgbouncer1.24", Report: &scenarios.Report{Scenario: sc,
+		return chaos.CellResult{Scenario: sc, Versions: "pg17-pgbouncer1.24", Report: &scenarios.Report{Scenario: sc,
 			Stack:   scenarios.StackInfo{Provider: "docker", Versions: scenarios.VersionsInfo{Set: "pg17-pgbouncer1.24", Postgres: "17.12", PgBouncer: "1.24.1"}},
 			Metrics: oracle.Metrics{Leaderless: oracle.Window{Total: oracle.Duration(time.Second)}},
 			Verdict: scenarios.Verdict{Expect: scenarios.ExpectSafe, Pass: pass, Reason: "because"}}}
 	}
-	for i, c := range []report.Result{cell("KILL_LEADER", true), cell("none", false)} {
+	for i, c := range []chaos.CellResult{cell("KILL_LEADER", true), cell("none", false)} {
 		dir := filepath.Join(root, []string{"a", "b"}[i])
 		require.NoError(t, report.Write(dir, c.Report))
-		require.NoError(t, report.WriteCells(dir, report.ShardResults{Versions: "pg17-pgbouncer1.24", Shard: i + 1, Shards: 2, Total: 2, Wall: time.Minute, Results: []report.Result{c}, Index: []int{i}}))
+		require.NoError(t, chaos.WriteCells(dir, chaos.ShardResults{Versions: "pg17-pgbouncer1.24", Shard: i + 1, Shards: 2, Total: 2, Wall: time.Minute, Results: []chaos.CellResult{c}, Index: []int{i}}))
 	}
 	// --out before the directories, between them or after them.
 	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")

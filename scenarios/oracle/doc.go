@@ -75,7 +75,7 @@
 // Where the intervals come from, all on the server's clock:
 //
 //   - Grants and renewals: RecordTokens attaches a trigger to the
-//     strategy's token table (scenarios.Strategy.TokenTable). It runs
+//     strategy's token table (strategy.Strategy.TokenTable). It runs
 //     inside the statement that changed the row and commits with it:
 //     call is statement_timestamp(), when the server received the
 //     statement; return is clock_timestamp(), after the row changed. A

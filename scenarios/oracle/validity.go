@@ -92,8 +92,9 @@ const (
 	// bouncers (SHOW SERVERS).
 	ViaPgBouncer = "pgbouncer"
 	// ViaUnverified: its client is not on this host's loopback (a
-	// container's port proxy stands in front of Postgres), so no socket
-	// of this host can be matched to it.
+	// container's port proxy stands in front of Postgres, as on Docker
+	// Desktop; a Linux engine's docker stack shares the host's network),
+	// so no socket of this host can be matched to it.
 	ViaUnverified = "unverified"
 	// ViaOther: its client is a socket on this host that is neither.
 	ViaOther = "other"

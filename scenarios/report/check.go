@@ -13,6 +13,7 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // ErrNotAReport is wrapped by Recompute's error for data that is not a
@@ -109,7 +110,7 @@ func evidence(rep *scenarios.Report) error {
 	}
 	command := rep.Scenario.Replica != nil
 	if len(h.TokenOps) == 0 {
-		table := scenarios.StrategyTokenTable(rep.Scenario.Strategy)
+		table := strategy.TokenTable(rep.Scenario.Strategy)
 		// A built-in replica's strategy with a token table has the runner
 		// record every grant of it. Caught by
 		// TestCheckRefusesMissingEvidence/NoTokenOperations. (A strategy

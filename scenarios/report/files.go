@@ -48,13 +48,3 @@ func Write(outDir string, r *scenarios.Report) error {
 	}
 	return nil
 }
-
-// WriteSummary writes Summary to dir/summary.md. Each cell's own
-// report.json, report.md and timeline.svg are under dir/<cell name>
-// (Write).
-func WriteSummary(dir string, cells []Result, wall time.Duration) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "summary.md"), []byte(Summary(cells, wall)), 0o644)
-}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/replica"
 )
 
 // Markdown renders a run's report as report.md: what ran, where, and a
@@ -28,7 +29,7 @@ func Markdown(r *scenarios.Report) string {
 	if c := r.Scenario.Replica; c != nil && r.Protocol != nil {
 		row("replicas run as", fmt.Sprintf("`%s`, reporting by %s", strings.Join(c.Command, " "), r.Protocol.Mode))
 		row("timestamps", r.Protocol.Note)
-		if r.Protocol.Mode == scenarios.ModeLog {
+		if r.Protocol.Mode == replica.ModeLog {
 			row("log lines matched", fmt.Sprintf("%d of %d", r.Protocol.Matched, r.Protocol.Lines))
 			row("receipt lag (line read → recorded)", fmt.Sprintf("median %s, max %s",
 				time.Duration(r.Protocol.ReceiptLagMedian).Round(time.Microsecond), time.Duration(r.Protocol.ReceiptLagMax).Round(time.Microsecond)))
@@ -84,7 +85,7 @@ func fenceText(r *scenarios.Report) string {
 	if !slices.ContainsFunc(r.History.Writes, func(w oracle.Write) bool { return w.Fenced }) {
 		return "not checked for linearizability: no fenced side-effect write"
 	}
-	return "not checked for linearizability: the strategy's token table is unknown (scenarios.Strategy.TokenTable)"
+	return "not checked for linearizability: the strategy's token table is unknown (strategy.Strategy.TokenTable)"
 }
 
 // failoverText is a failover latency with where it is measured from, to

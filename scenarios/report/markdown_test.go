@@ -16,6 +16,12 @@ import (
 
 // report.md gives the failover latency to a tenth of a millisecond and
 // says where it is measured from.
+// scenario is a chaos cell's scenario, as the matrix names them.
+func scenario(strategy, fault string, expect scenarios.Expectation) scenarios.Scenario {
+	return scenarios.Scenario{Name: strategy + "/transaction/" + fault, Strategy: strategy, Fault: fault, Expect: expect,
+		Topology: scenarios.Topology{Kind: scenarios.Transaction, PoolSize: 1}}
+}
+
 func TestMarkdownSaysWhereFailoverIsMeasuredFrom(t *testing.T) {
 	t.Parallel()
 	d := oracle.Duration(3*time.Millisecond + 240*time.Microsecond)

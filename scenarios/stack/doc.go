@@ -8,7 +8,9 @@
 // the DOUBLERUN_PROVIDER environment variable:
 //
 //	auto      the first route below that works (the default)
-//	docker    containers through testcontainers-go, on a private network
+//	docker    containers through testcontainers-go, on the host's network
+//	          (a Linux engine) or a private one with ports published on
+//	          loopback (Docker Desktop)
 //	native    postgres and pgbouncer binaries as child processes on loopback
 //	external  DSNs from DOUBLERUN_*_DSN variables (see `doublerun stack up`);
 //	          a bouncer added to it runs as a local process, as with native

@@ -40,25 +40,60 @@ const (
 	bouncerUsers  = "/etc/pgbouncer/userlist.txt"
 )
 
-// dockerBackend runs each server as a container on a private network. Host
-// ports are bound to fixed loopback ports chosen up front, so DSNs survive a
-// container's stop and start.
+// hostNetwork is the name of the engine's own network that shares the
+// host's network namespace.
+const hostNetwork = "host"
+
+// dockerBackend runs each server as a container, on a Linux engine in the
+// host's network namespace (hostNetwork), elsewhere on a private network
+// with host ports bound to loopback. Either way each server listens on a
+// fixed loopback port chosen up front, so DSNs survive a container's stop
+// and start.
+//
+// On the host's network a client's connection reaches Postgres and
+// PgBouncer as it left the client. Through published ports every byte
+// passes Docker's userland port proxy, a process per port: in a chaos
+// run it took two thirds of the Docker daemons' CPU (5.8 of 9.0
+// core-seconds), and Postgres saw every client as the proxy, so no
+// connection could be traced to the process that opened it
+// (scenarios' traffic-path check reads them). Caught by
+// TestDockerServersSeeTheirClientsAddresses.
 type dockerBackend struct {
 	id     string
 	labels map[string]string // stack ID and owner
 	logger *slog.Logger
 	cli    *testcontainers.DockerClient // closed by close
-	// net is the network this backend created and close removes; nil
-	// for a backend attached to another stack's network (attachDocker).
+	// net is the network this backend created and close removes; nil on
+	// the host's network and for a backend attached to another stack's
+	// network (attachDocker).
 	net            *testcontainers.DockerNetwork
 	netName        string
 	postgresImage  string
 	pgbouncerImage string
-	// fwdHost and fwdPort are where bouncers forward to: the stack's
-	// Postgres on the network (pgAlias, pgPort) unless forwardBouncers
-	// set them (an HA stack's router).
+	// pgPort is Postgres's port on the host's network, where a bouncer
+	// reaches it; 0 on a private network, where it is pgAlias:pgPort.
+	pgPort int
+	// fwdHost and fwdPort are where bouncers forward to when
+	// forwardBouncers set them (an HA stack's router); otherwise the
+	// stack's Postgres: pgAlias:pgPort on a private network, 127.0.0.1
+	// and pgPort on the host's.
 	fwdHost string
 	fwdPort int
+}
+
+// onHost reports whether the backend's containers share the host's
+// network.
+func (b *dockerBackend) onHost() bool { return b.netName == hostNetwork }
+
+// hostNetworking reports whether containers of the engine behind cli can
+// share this host's network: a Linux engine that is not Docker Desktop's
+// virtual machine (whose "host" is the VM, not this machine).
+func hostNetworking(ctx context.Context, cli *testcontainers.DockerClient) bool {
+	info, err := cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return false
+	}
+	return info.Info.OSType == "linux" && !strings.Contains(info.Info.OperatingSystem, "Docker Desktop")
 }
 
 // dockerAvailable reports whether a Docker engine answers, and if not why.
@@ -104,19 +139,25 @@ func newDockerBackend(ctx context.Context, opts Options, cli *testcontainers.Doc
 	id := randomPassword()[:12]
 	labels := me.labels()
 	labels[LabelStack] = id
+	b := &dockerBackend{id: id, labels: labels, logger: opts.Logger, cli: cli, netName: hostNetwork, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer}
+	if !opts.dockerBridge && hostNetworking(ctx, cli) {
+		return b, nil
+	}
 	nw, err := tcnetwork.New(ctx, tcnetwork.WithLabels(labels))
 	if err != nil {
 		return nil, fmt.Errorf("docker: create network: %w%s", err, imageHint(err))
 	}
-	return &dockerBackend{id: id, labels: labels, logger: opts.Logger, cli: cli, net: nw, netName: nw.Name, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer}, nil
+	b.net, b.netName = nw, nw.Name
+	return b, nil
 }
 
 // attachDocker returns a backend that adds bouncers, as containers running
 // image, to the network of a docker stack another process started (its
-// Env names both). The containers carry this process's owner labels, so
+// Env names both), in front of that stack's Postgres at pgPort on the
+// host's network. The containers carry this process's owner labels, so
 // the next docker stack removes them if this process is killed; the network
 // stays its owner's.
-func attachDocker(ctx context.Context, opts Options, network, image string) (backend, error) {
+func attachDocker(ctx context.Context, opts Options, network, image string, pgPort int) (backend, error) {
 	if _, err := prepareRyuk(ctx, opts.Logger); err != nil {
 		return nil, err
 	}
@@ -130,7 +171,11 @@ func attachDocker(ctx context.Context, opts Options, network, image string) (bac
 	}
 	labels := self().labels()
 	labels[LabelStack] = randomPassword()[:12]
-	return &dockerBackend{id: labels[LabelStack], labels: labels, logger: opts.Logger, cli: cli, netName: network, pgbouncerImage: image}, nil
+	b := &dockerBackend{id: labels[LabelStack], labels: labels, logger: opts.Logger, cli: cli, netName: network, pgbouncerImage: image}
+	if b.onHost() {
+		b.pgPort = pgPort
+	}
+	return b, nil
 }
 
 // sharedEnv names this stack's network and bouncer image in Env, so that
@@ -187,7 +232,20 @@ func sweepDocker(ctx context.Context, cli *testcontainers.DockerClient, me owner
 	}
 }
 
+// request is the container request of a server listening on hostPort of
+// the host's loopback: on the host's network it listens there itself
+// (the caller tells it to), elsewhere containerPort is published there.
 func (b *dockerBackend) request(image string, alias string, containerPort, hostPort int) testcontainers.ContainerRequest {
+	if b.onHost() {
+		return testcontainers.ContainerRequest{
+			Image:        image,
+			ExposedPorts: []string{network.MustParsePort(fmt.Sprintf("%d/tcp", hostPort)).String()},
+			Labels:       maps.Clone(b.labels),
+			HostConfigModifier: func(hc *container.HostConfig) {
+				hc.NetworkMode = hostNetwork
+			},
+		}
+	}
 	port := network.MustParsePort(fmt.Sprintf("%d/tcp", containerPort))
 	return testcontainers.ContainerRequest{
 		Image:          image,
@@ -222,6 +280,9 @@ func (b *dockerBackend) startPostgres(ctx context.Context, user, password, db st
 	}
 	req := b.postgresRequest(ctx, pgAlias, hostPort)
 	req.Env = map[string]string{"POSTGRES_USER": user, "POSTGRES_PASSWORD": password, "POSTGRES_DB": db}
+	if b.onHost() {
+		b.pgPort = hostPort
+	}
 	n, err := b.run(ctx, "postgres", req)
 	if n == nil {
 		return nil, "", 0, err
@@ -229,13 +290,18 @@ func (b *dockerBackend) startPostgres(ctx context.Context, user, password, db st
 	return n, "127.0.0.1", hostPort, err
 }
 
-// postgresRequest is a Postgres container called alias on the stack's
-// network, published on hostPort of loopback, with its data on a volume;
-// args are settings beside the stack's usual ones, which they override.
+// postgresRequest is a Postgres container called alias listening on
+// hostPort of loopback (on the host's network itself, or published from a
+// private one), with its data on a volume; args are settings beside the
+// stack's usual ones, which they override.
 func (b *dockerBackend) postgresRequest(ctx context.Context, alias string, hostPort int, args ...string) testcontainers.ContainerRequest {
 	req := b.request(b.postgresImage, alias, pgPort, hostPort)
-	req.Cmd = append([]string{"postgres", "-c", "max_connections=300", "-c", "fsync=off",
-		"-c", "synchronous_commit=off", "-c", "full_page_writes=off"}, args...)
+	req.Cmd = []string{"postgres", "-c", "max_connections=300", "-c", "fsync=off",
+		"-c", "synchronous_commit=off", "-c", "full_page_writes=off"}
+	if b.onHost() {
+		req.Cmd = append(req.Cmd, "-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(hostPort))
+	}
+	req.Cmd = append(req.Cmd, args...)
 	// The data goes on an anonymous volume, removed with the container.
 	// In the container's own filesystem every write and open of a data
 	// file goes through the storage driver; on a fuse-overlayfs engine
@@ -281,10 +347,14 @@ func (b *dockerBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 	if err != nil {
 		return nil, "", 0, err
 	}
-	cfg.ListenAddr = "0.0.0.0"
-	cfg.ListenPort = bouncerPort
+	if b.onHost() {
+		cfg.ListenAddr, cfg.ListenPort = "127.0.0.1", hostPort
+		cfg.Databases = bouncerDatabases(cfg.Databases, cmp.Or(b.fwdHost, "127.0.0.1"), cmp.Or(b.fwdPort, b.pgPort))
+	} else {
+		cfg.ListenAddr, cfg.ListenPort = "0.0.0.0", bouncerPort
+		cfg.Databases = bouncerDatabases(cfg.Databases, cmp.Or(b.fwdHost, pgAlias), cmp.Or(b.fwdPort, pgPort))
+	}
 	cfg.AuthFile = bouncerUsers
-	cfg.Databases = bouncerDatabases(cfg.Databases, cmp.Or(b.fwdHost, pgAlias), cmp.Or(b.fwdPort, pgPort))
 	ini, err := cfg.Ini()
 	if err != nil {
 		return nil, "", 0, err

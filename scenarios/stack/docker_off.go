@@ -21,6 +21,6 @@ func dockerRoute(context.Context, Options) (backend, string, error) {
 	return nil, "", errNoDocker
 }
 
-func attachDocker(context.Context, Options, string, string) (backend, error) {
+func attachDocker(context.Context, Options, string, string, int) (backend, error) {
 	return nil, errNoDocker
 }

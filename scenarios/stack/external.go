@@ -225,7 +225,7 @@ func (e *externalBackend) startPgBouncer(ctx context.Context, name string, cfg p
 func (e *externalBackend) bouncerBackend(ctx context.Context) (backend, error) {
 	network, image := e.opts.getenv(EnvDockerNetwork), e.opts.getenv(EnvDockerPgBouncerImage)
 	if network != "" && image != "" {
-		b, err := attachDocker(ctx, e.opts, network, image)
+		b, err := attachDocker(ctx, e.opts, network, image, e.port)
 		if err == nil || !errors.Is(err, errNoDocker) {
 			return b, err
 		}

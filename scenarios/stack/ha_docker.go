@@ -43,9 +43,9 @@ fi
 exec postgres -D "$PGDATA" "$@"
 `
 
-// startNode starts a node of an HA pair as a container called spec.name
-// on the stack's network: a primary through the image's own entrypoint,
-// which initialises it, a standby through standbyScript.
+// startNode starts a node of an HA pair as a container called spec.name,
+// on the stack's network or the host's: a primary through the image's
+// own entrypoint, which initialises it, a standby through standbyScript.
 func (b *dockerBackend) startNode(ctx context.Context, spec nodeSpec) (node, string, int, error) {
 	hostPort, err := freePort()
 	if err != nil {
@@ -56,8 +56,17 @@ func (b *dockerBackend) startNode(ctx context.Context, spec nodeSpec) (node, str
 	if spec.primary == nil {
 		req.Env = map[string]string{"POSTGRES_USER": spec.user, "POSTGRES_PASSWORD": spec.password, "POSTGRES_DB": spec.database}
 	} else {
+		// On a private network the standby reaches the primary by its
+		// alias, on the host's network at its own port of loopback.
+		host, port := spec.primary.name, pgPort
+		if b.onHost() {
+			var err error
+			if host, port, err = splitHostPort(spec.primary.ep.DSN); err != nil {
+				return nil, "", 0, err
+			}
+		}
 		req.Env = map[string]string{"DOUBLERUN_PRIMARY_CONNINFO": fmt.Sprintf("host=%s port=%d user=%s password=%s application_name=%s",
-			spec.primary.name, pgPort, spec.user, spec.password, spec.name)}
+			host, port, spec.user, spec.password, spec.name)}
 		req.Entrypoint = []string{"sh", "-c", standbyScript, "doublerun-standby"}
 		req.ConfigModifier = func(c *container.Config) { c.User = "postgres" }
 	}
@@ -68,9 +77,13 @@ func (b *dockerBackend) startNode(ctx context.Context, spec nodeSpec) (node, str
 	return n, "127.0.0.1", hostPort, err
 }
 
-// routerHost is the gateway of the stack's network: an address of this
-// host that the bouncers' containers reach, as clients on this host do.
+// routerHost is an address of this host that the bouncers' containers
+// reach, as clients on this host do: loopback when they share the host's
+// network, else the gateway of the stack's network.
 func (b *dockerBackend) routerHost(ctx context.Context) (string, error) {
+	if b.onHost() {
+		return "127.0.0.1", nil
+	}
 	res, err := b.cli.NetworkInspect(ctx, b.netName, client.NetworkInspectOptions{})
 	if err != nil {
 		return "", fmt.Errorf("docker network %s: %w", b.netName, err)

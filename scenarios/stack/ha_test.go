@@ -17,12 +17,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// haProviders are the providers an HA test runs on: native, and docker
-// unless the run asked for the native or external provider (as
-// requireDocker) or the binary was built without it.
-func haProviders(t *testing.T) []Provider {
+// haRoute is a way an HA test starts its stack: a provider, and for the
+// docker provider whether its containers share the host's network (the
+// default on a Linux engine) or sit on a private one (as on Docker
+// Desktop), where the router listens on the network's gateway and the
+// standby reaches the primary by its alias.
+type haRoute struct {
+	name string
+	opts Options
+}
+
+// haProviders are the routes an HA test runs on: native, and docker on
+// both networks unless the run asked for the native or external
+// provider (as requireDocker) or the binary was built without it; bridge
+// says whether the test takes the private network too.
+func haProviders(t *testing.T, bridge bool) []haRoute {
 	t.Helper()
-	out := []Provider{ProviderNative}
+	out := []haRoute{{"native", Options{Provider: ProviderNative}}}
 	if p := Provider(os.Getenv(EnvProvider)); p == ProviderNative || p == ProviderExternal {
 		return out
 	}
@@ -31,15 +42,21 @@ func haProviders(t *testing.T) []Provider {
 	if _, err := prepareRyuk(context.Background(), slog.New(slog.DiscardHandler)); errors.Is(err, errNoDocker) {
 		return out
 	}
-	return append(out, ProviderDocker)
+	out = append(out, haRoute{"docker", Options{Provider: ProviderDocker}})
+	if bridge {
+		out = append(out, haRoute{"docker-bridge", Options{Provider: ProviderDocker, dockerBridge: true}})
+	}
+	return out
 }
 
-// startHA starts an HA stack of the test's own and, when the test ends,
-// closes it and checks that nothing of it is left.
-func startHA(t *testing.T, p Provider, mode ReplicationMode) *Stack {
+// startHA starts an HA stack of the test's own on route r and, when the
+// test ends, closes it and checks that nothing of it is left.
+func startHA(t *testing.T, r haRoute, mode ReplicationMode) *Stack {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s, err := Start(context.Background(), Options{Provider: p, Replication: mode, Logger: log})
+	opts := r.opts
+	opts.Replication, opts.Logger = mode, log
+	s, err := Start(context.Background(), opts)
 	require.NoError(t, err)
 	nodes, b := s.nodes(), s.backend
 	t.Cleanup(func() {
@@ -159,11 +176,11 @@ func requirePair(t *testing.T, s *Stack, mode ReplicationMode) {
 // has, and the stack's address and its bouncers lead there after Repoint.
 func TestSwitchoverInSyncModeLosesNothing(t *testing.T) {
 	t.Parallel()
-	for _, p := range haProviders(t) {
-		t.Run(string(p), func(t *testing.T) {
+	for _, r := range haProviders(t, false) {
+		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s := startHA(t, p, ReplicationSync)
+			s := startHA(t, r, ReplicationSync)
 			requirePair(t, s, ReplicationSync)
 			primary := nodeNamed(t, s, PrimaryName).Endpoint.DSN
 			haExec(t, s.Postgres().DSN, "CREATE TABLE acked (i int)")
@@ -235,11 +252,11 @@ func TestSwitchoverInSyncModeLosesNothing(t *testing.T) {
 // lost, and the killed primary leaves nothing behind at Close.
 func TestKillInAsyncModeLosesWhatTheStandbyNeverReceived(t *testing.T) {
 	t.Parallel()
-	for _, p := range haProviders(t) {
-		t.Run(string(p), func(t *testing.T) {
+	for _, r := range haProviders(t, true) {
+		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s := startHA(t, p, ReplicationAsync)
+			s := startHA(t, r, ReplicationAsync)
 			requirePair(t, s, ReplicationAsync)
 			primary, standby := nodeNamed(t, s, PrimaryName).Endpoint.DSN, nodeNamed(t, s, StandbyName).Endpoint.DSN
 			haExec(t, s.Postgres().DSN, "CREATE TABLE acked (i int)")
@@ -310,7 +327,7 @@ func TestFailoverOperationsNeedAStandby(t *testing.T) {
 	_, err := s.Timeline(ctx, PrimaryName)
 	require.ErrorIs(t, err, ErrNotSupported)
 
-	_, err = Options{Replication: "semi"}.FromEnv()
+	_, err = Options{Replication: "semi"}.resolve()
 	require.ErrorContains(t, err, `replication mode "semi" is not one of "sync" and "async"`)
 	_, err = Start(ctx, Options{Provider: ProviderExternal, Replication: ReplicationAsync})
 	require.ErrorContains(t, err, "the external provider runs no servers of its own to fail over")
@@ -385,11 +402,11 @@ func TestRouterRepointClosesConnectionsAndLeadsNewOnesOn(t *testing.T) {
 // still losing nothing in sync mode.
 func TestRebuiltStandbyFailsOverAgain(t *testing.T) {
 	t.Parallel()
-	for _, p := range haProviders(t) {
-		t.Run(string(p), func(t *testing.T) {
+	for _, r := range haProviders(t, false) {
+		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s := startHA(t, p, ReplicationSync)
+			s := startHA(t, r, ReplicationSync)
 			haExec(t, s.Postgres().DSN, "CREATE TABLE acked (i int)")
 			haExec(t, s.Postgres().DSN, "INSERT INTO acked VALUES (1)")
 			require.NoError(t, s.KillPrimary(ctx))

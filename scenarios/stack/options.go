@@ -86,15 +86,22 @@ type Options struct {
 
 	// lookupEnv lets tests supply the environment; default os.LookupEnv.
 	lookupEnv func(string) (string, bool)
+	// dockerBridge puts a docker stack on a private network with published
+	// ports even where its containers could share the host's network, as
+	// on engines that cannot (Docker Desktop), so tests cover that path.
+	dockerBridge bool
 	// versionSet is Versions resolved; versionsAsked says whether the
 	// caller or the environment named it.
 	versionSet    VersionSet
 	versionsAsked bool
 }
 
-// FromEnv returns opts with every unset field filled from DOUBLERUN_*
-// environment variables. Start calls it, so callers rarely need to. A
-// variable whose value is not one it takes is an *EnvError naming it.
+// FromEnv returns o with each field it leaves unset that a DOUBLERUN_*
+// environment variable names read from that variable. A variable whose
+// value it cannot take is an *EnvError naming it. It reads the
+// environment and nothing else: Start then applies the defaults and checks
+// what it was given (resolve), so callers need it only to find a bad
+// variable before anything starts.
 func (o Options) FromEnv() (Options, error) {
 	get := o.getenv
 	if o.Provider == "" {
@@ -104,10 +111,6 @@ func (o Options) FromEnv() (Options, error) {
 			}
 			o.Provider = Provider(v)
 		}
-	}
-	o.Provider = cmp.Or(o.Provider, ProviderAuto)
-	if !knownProvider(o.Provider) {
-		return o, fmt.Errorf("unknown provider %q; use auto, docker, native or external", o.Provider)
 	}
 	if o.TransactionPoolSize == 0 {
 		if v := get(EnvTransactionPoolSize); v != "" {
@@ -121,14 +124,6 @@ func (o Options) FromEnv() (Options, error) {
 			o.TransactionPoolSize = n
 		}
 	}
-	o.TransactionPoolSize = cmp.Or(o.TransactionPoolSize, 1)
-	// What a user types is held to MaxPoolSize where it is read (the
-	// variable above, --tx-pool-size, a scenario, chaos); a program may
-	// ask for more, as make bench does for throughput.
-	if o.TransactionPoolSize < 1 {
-		return o, fmt.Errorf("transaction pool size %d is below 1", o.TransactionPoolSize)
-	}
-	o.SessionPoolSize = cmp.Or(o.SessionPoolSize, 20)
 	if o.Versions == "" {
 		if v := strings.TrimSpace(get(EnvVersions)); v != "" {
 			if _, err := LookupVersionSet(v); err != nil {
@@ -138,22 +133,54 @@ func (o Options) FromEnv() (Options, error) {
 		}
 	}
 	o.versionsAsked = o.versionsAsked || o.Versions != ""
-	if err := o.Replication.check(); err != nil {
-		return o, err
-	}
-	o.Versions = cmp.Or(o.Versions, DefaultVersions)
-	set, err := LookupVersionSet(o.Versions)
-	if err != nil {
-		return o, err
-	}
-	o.versionSet = set
 	o.PostgresImage = cmp.Or(o.PostgresImage, strings.TrimSpace(get(EnvPostgresImage)))
 	o.PgBouncerImage = cmp.Or(o.PgBouncerImage, strings.TrimSpace(get(EnvPgBouncerImage)))
 	o.PostgresBinDir = cmp.Or(o.PostgresBinDir, get(EnvPostgresBinDir))
 	o.PgBouncerBin = cmp.Or(o.PgBouncerBin, get(EnvPgBouncerBin))
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+	return o, nil
+}
+
+// withDefaults returns o with every zero field at its default.
+func (o Options) withDefaults() Options {
+	o.Provider = cmp.Or(o.Provider, ProviderAuto)
+	o.TransactionPoolSize = cmp.Or(o.TransactionPoolSize, 1)
+	o.SessionPoolSize = cmp.Or(o.SessionPoolSize, 20)
+	o.Versions = cmp.Or(o.Versions, DefaultVersions)
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	return o
+}
+
+// validate says what is wrong with o, defaults applied, as given by code:
+// a value from the environment was checked where it was read (FromEnv).
+func (o Options) validate() error {
+	if !knownProvider(o.Provider) {
+		return fmt.Errorf("unknown provider %q; use auto, docker, native or external", o.Provider)
 	}
+	// What a user types is held to MaxPoolSize where it is read (the
+	// variable, --tx-pool-size, a scenario, chaos); a program may ask for
+	// more, as make bench does for throughput.
+	if o.TransactionPoolSize < 1 {
+		return fmt.Errorf("transaction pool size %d is below 1", o.TransactionPoolSize)
+	}
+	if err := o.Replication.check(); err != nil {
+		return err
+	}
+	_, err := LookupVersionSet(o.Versions)
+	return err
+}
+
+// resolve is what Start and Prepare make of o: the environment (FromEnv),
+// then the defaults, then the check, and the version set o names.
+func (o Options) resolve() (Options, error) {
+	o, err := o.FromEnv()
+	if err != nil {
+		return o, err
+	}
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	o.versionSet, _ = LookupVersionSet(o.Versions) // validated
 	return o, nil
 }
 

@@ -10,7 +10,7 @@ import (
 // A variable doublerun cannot take is an *EnvError whose one line names
 // it, what it takes and how to leave it out; a bad value given in Options
 // by code is a plain error that names no variable.
-func TestFromEnvNamesTheBadVariable(t *testing.T) {
+func TestOptionsNameTheBadVariable(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
@@ -41,7 +41,7 @@ func TestFromEnvNamesTheBadVariable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.opts.lookupEnv = lookup(tc.env)
-			_, err := tc.opts.FromEnv()
+			_, err := tc.opts.resolve()
 			require.EqualError(t, err, tc.want)
 			var ee *EnvError
 			if tc.envVar == "" {

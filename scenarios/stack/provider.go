@@ -87,7 +87,7 @@ func nativeRoute(ctx context.Context, opts Options, why string) (*nativeBackend,
 // it first so that the route and any first-use build show once, up front.
 // It does nothing for the external provider.
 func Prepare(ctx context.Context, opts Options) error {
-	opts, err := opts.FromEnv()
+	opts, err := opts.resolve()
 	if err != nil || opts.Provider == ProviderExternal {
 		return err
 	}

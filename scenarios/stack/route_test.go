@@ -129,7 +129,7 @@ func TestDockerUsesImageVariablesAsGiven(t *testing.T) {
 func setImages(t *testing.T, set VersionSet) dockerImages {
 	t.Helper()
 	ctx := context.Background()
-	opts, err := Options{Provider: ProviderDocker, Versions: set.Name}.FromEnv()
+	opts, err := Options{Provider: ProviderDocker, Versions: set.Name}.resolve()
 	require.NoError(t, err)
 	_, err = prepareRyuk(ctx, opts.Logger)
 	require.NoError(t, err)

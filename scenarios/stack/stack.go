@@ -92,7 +92,7 @@ type node interface {
 // doublerun processes killed outright left on this machine, logging each
 // (see "Leftovers" in the package documentation).
 func Start(ctx context.Context, opts Options) (*Stack, error) {
-	opts, err := opts.FromEnv()
+	opts, err := opts.resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +127,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		if testHookNodes != nil {
 			testHookNodes(s.nodes())
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		return nil, errors.Join(err, s.Close(cctx))
+		return nil, errors.Join(err, s.Shutdown(ctx))
 	}
 	v := s.Versions()
 	opts.Logger.Info("stack ready", "provider", provider, "versions", v.Set, "postgres", v.Postgres, "pgbouncer", v.PgBouncer,
@@ -410,6 +408,21 @@ func (s *Stack) Close(ctx context.Context) error {
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
+}
+
+// shutdownTimeout bounds Shutdown: a stack's servers stop and its
+// containers go within seconds, and a cleanup that hangs must not hold
+// the command that asked for it for ever.
+const shutdownTimeout = time.Minute
+
+// Shutdown is Close on a context of its own that the end of ctx does not
+// cancel, bounded by a minute: what the code that started s does on every
+// way out, a Ctrl-C included, since the interrupt asks for the cleanup
+// and must not cut it short.
+func (s *Stack) Shutdown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	return s.Close(ctx)
 }
 
 // nodes lists the running servers, bouncers first so they stop before the

@@ -317,7 +317,7 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 
 func TestFailedStartLeavesNothingBehind(t *testing.T) {
 	ctx := context.Background()
-	opts, err := Options{}.FromEnv()
+	opts, err := Options{}.resolve()
 	require.NoError(t, err)
 	opts.PgBouncerBin = "/bin/false"                        // native: exits at once
 	opts.PgBouncerImage = "doublerun/no-such-image:missing" // docker: cannot be found or pulled

@@ -50,7 +50,7 @@ func TestOptionsPickTheVersionSet(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.lookupEnv = lookup(tc.env)
-			got, err := tc.opts.FromEnv()
+			got, err := tc.opts.resolve()
 			require.NoError(t, err)
 			require.Equal(t, tc.want, got.Versions)
 			require.Equal(t, tc.want, got.versionSet.Name)
@@ -58,7 +58,7 @@ func TestOptionsPickTheVersionSet(t *testing.T) {
 			require.Empty(t, got.PostgresImage, "images are resolved at start, never defaulted here")
 		})
 	}
-	_, err := Options{lookupEnv: lookup(map[string]string{EnvVersions: "pg9"})}.FromEnv()
+	_, err := Options{lookupEnv: lookup(map[string]string{EnvVersions: "pg9"})}.resolve()
 	require.ErrorContains(t, err, `unknown version set "pg9"`)
 }
 
@@ -175,7 +175,7 @@ func TestStackReportsServerVersions(t *testing.T) {
 	require.Equal(t, setName(serverVersion, v.PgBouncer), v.Set)
 	require.NotContains(t, v.Set, "?")
 
-	opts, err := Options{}.FromEnv()
+	opts, err := Options{}.resolve()
 	require.NoError(t, err)
 	switch s.Provider() {
 	case ProviderDocker:

@@ -58,9 +58,7 @@ func Main(m *testing.M) {
 
 func closeShared() {
 	if shared != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = shared.Close(ctx)
+		_ = shared.Shutdown(context.Background())
 	}
 }
 

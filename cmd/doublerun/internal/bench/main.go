@@ -111,11 +111,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("start a native stack (the benchmark reads the servers' CPU time from /proc): %w", err)
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		_ = st.Close(cctx)
-	}()
+	defer func() { _ = st.Shutdown(ctx) }()
 	b := &bench{stack: st, poll: o.poll, window: o.window, log: logf}
 	if err := b.servers(ctx); err != nil {
 		return err

@@ -42,7 +42,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
@@ -109,9 +108,7 @@ func runShared(log *slog.Logger, warm [][]string, argv []string) int {
 		return 1
 	}
 	defer func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
-		defer ccancel()
-		if err := s.Close(cctx); err != nil {
+		if err := s.Shutdown(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, "doublerun: remove the shared stack:", err)
 		}
 	}()

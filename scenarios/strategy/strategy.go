@@ -1,10 +1,23 @@
-package scenarios
+// Package strategy names the lease implementations a scenario can run,
+// says what each one is (the traits the fault catalog reads), and builds
+// their leases: the registry that the runner (package scenarios), a
+// replica process (package scenarios/replica), the chaos matrix and the
+// failover trials (package chaos/failover) all build leases through. It
+// imports only package lease, so that every one of them can import it.
+//
+// The built-in strategies are [Advisory], [AdvisoryUnguarded],
+// [AdvisoryWait], [Fenced] and [FencedWait]; a lease of the user's own
+// joins them with [Register]. Replicas are this same binary started
+// again, so a strategy is registered in main or TestMain, before
+// reexec.Main (package scenarios/reexec).
+package strategy
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,23 +28,23 @@ import (
 
 // The built-in strategies' names.
 const (
-	// StrategyAdvisory is lease.Advisory, the original session advisory
+	// Advisory is lease.Advisory, the original session advisory
 	// lock with its backend-PID guard.
-	StrategyAdvisory = "advisory"
-	// StrategyAdvisoryUnguarded is lease.Advisory without the guard, to
+	Advisory = "advisory"
+	// AdvisoryUnguarded is lease.Advisory without the guard, to
 	// show what the guard does.
-	StrategyAdvisoryUnguarded = "advisory-unguarded"
-	// StrategyAdvisoryWait is lease.Advisory with Wait: a follower waits
+	AdvisoryUnguarded = "advisory-unguarded"
+	// AdvisoryWait is lease.Advisory with Wait: a follower waits
 	// in pg_advisory_lock and leads the moment the server frees the lock.
 	// It refuses a transaction-pooled lease endpoint.
-	StrategyAdvisoryWait = "advisory-wait"
-	// StrategyFenced is lease.Fenced, the table lease with a TTL and a
+	AdvisoryWait = "advisory-wait"
+	// Fenced is lease.Fenced, the table lease with a TTL and a
 	// fencing token.
-	StrategyFenced = "fenced"
-	// StrategyFencedWait is lease.Fenced with Wait: on a direct endpoint
+	Fenced = "fenced"
+	// FencedWait is lease.Fenced with Wait: on a direct endpoint
 	// a release's NOTIFY wakes a waiting follower; through PgBouncer it
-	// polls as StrategyFenced does (lease.Fenced.Waits).
-	StrategyFencedWait = "fenced-wait"
+	// polls as Fenced does (lease.Fenced.Waits).
+	FencedWait = "fenced-wait"
 )
 
 // LeaseConfig is what a strategy gets to build one replica's lease.
@@ -46,7 +59,8 @@ type LeaseConfig struct {
 	// TTL is the scenario's TTL for leases that have one.
 	TTL time.Duration
 	// PollInterval is the worker's poll interval; a lease that waits in
-	// Acquire may wait about as long.
+	// Acquire may wait about as long. 0 leaves a waiting lease's bound on
+	// one wait at its own default (1s), as the failover trials do.
 	PollInterval time.Duration
 	// Logger goes to the replica's log file.
 	Logger *slog.Logger
@@ -55,6 +69,12 @@ type LeaseConfig struct {
 	// that the runner sees its backends as the replica's; empty keeps the
 	// lease's own.
 	ApplicationName string
+	// AdvisoryLock, when set, is the lock a built-in advisory lease takes
+	// instead of its strategy's (Strategy.AdvisoryLock): for a caller that
+	// runs leases of one strategy one after another, each with a lock of
+	// its own, as the failover trials do. A scenario leaves it nil, so that
+	// the runner watches the lock the strategy declares.
+	AdvisoryLock *lease.AdvisoryLock
 }
 
 // Strategy builds the leases of one strategy and says what they are, so
@@ -114,9 +134,13 @@ func advisory(unguarded, wait bool) Strategy {
 		// pooling: measuring what happens there is their point. A waiting
 		// one refuses it all the same.
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
+			key := lock
+			if c.AdvisoryLock != nil {
+				key = *c.AdvisoryLock
+			}
 			return lease.NewAdvisory(ctx, lease.AdvisoryConfig{
 				DSN: c.DSN, Name: c.Name, Holder: c.Replica, Logger: c.Logger, ApplicationName: c.ApplicationName,
-				Key1: lock.Key1, Key2: lock.Key2, TokenTable: advisoryTokenTable,
+				Key1: key.Key1, Key2: key.Key2, TokenTable: advisoryTokenTable,
 				DisablePIDGuard: unguarded, AllowTransactionPooling: true,
 				Wait: wait, WaitTimeout: c.PollInterval,
 			})
@@ -148,10 +172,10 @@ var strategies = struct {
 	sync.Mutex
 	m map[string]Strategy
 }{m: map[string]Strategy{
-	StrategyAdvisory:          advisory(false, false),
-	StrategyAdvisoryUnguarded: advisory(true, false),
-	StrategyAdvisoryWait:      advisory(false, true),
-	StrategyFenced: {
+	Advisory:          advisory(false, false),
+	AdvisoryUnguarded: advisory(true, false),
+	AdvisoryWait:      advisory(false, true),
+	Fenced: {
 		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
 			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger, Table: fencedTable,
 				ApplicationName: c.ApplicationName})
@@ -159,7 +183,7 @@ var strategies = struct {
 		Setup:      func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, fencedTable) },
 		TokenTable: fencedTable,
 	},
-	StrategyFencedWait: fencedWait(),
+	FencedWait: fencedWait(),
 }}
 
 // fencedWait is lease.Fenced with Wait. A follower waits in Acquire for
@@ -174,51 +198,50 @@ func fencedWait() Strategy {
 	}
 }
 
-// RegisterStrategy makes a lease of the user's own available to scenarios
+// Register makes a lease of the user's own available to scenarios
 // under name. Replicas are this same binary started again, so register in
-// main or TestMain before calling MaybeRunReplica; registering a name twice
+// main or TestMain before calling reexec.Main; registering a name twice
 // panics.
-func RegisterStrategy(name string, s Strategy) {
+func Register(name string, s Strategy) {
 	strategies.Lock()
 	defer strategies.Unlock()
 	if _, dup := strategies.m[name]; dup {
-		panic(fmt.Sprintf("scenarios: strategy %q registered twice", name))
+		panic(fmt.Sprintf("strategy: %q registered twice", name))
 	}
 	if s.New == nil {
-		panic(fmt.Sprintf("scenarios: strategy %q has no New", name))
+		panic(fmt.Sprintf("strategy: %q has no New", name))
 	}
 	strategies.m[name] = s
 }
 
-func lookupStrategy(name string) (Strategy, bool) {
+// Lookup is the strategy registered as name, and whether there is one.
+func Lookup(name string) (Strategy, bool) {
 	strategies.Lock()
 	defer strategies.Unlock()
 	s, ok := strategies.m[name]
 	return s, ok
 }
 
-// StrategyTokenTable is the token table of the strategy registered as
-// name, empty for one that has none or is not registered in this binary:
-// a report of a run of a strategy with one holds the grants the runner
+// Check returns nil for a registered strategy, and otherwise an error that
+// lists the registered ones.
+func Check(name string) error {
+	if _, ok := Lookup(name); ok {
+		return nil
+	}
+	return fmt.Errorf("unknown strategy %q; valid: %s", name, strings.Join(Names(), ", "))
+}
+
+// TokenTable is the token table of the strategy registered as name,
+// empty for one that has none or is not registered in this binary: a
+// report of a run of a strategy with one holds the grants the runner
 // recorded there.
-func StrategyTokenTable(name string) string {
-	s, _ := lookupStrategy(name)
+func TokenTable(name string) string {
+	s, _ := Lookup(name)
 	return s.TokenTable
 }
 
-// CheckStrategyTopology returns nil when strategy takes topology k's lease
-// endpoint, and otherwise says why it refuses it. An unknown strategy is
-// Validate's to report.
-func CheckStrategyTopology(strategy string, k TopologyKind) error {
-	s, ok := lookupStrategy(strategy)
-	if !ok || s.RefusesTransactionPooling == "" || k != Transaction {
-		return nil
-	}
-	return fmt.Errorf("strategy %s refuses topology %s: %s; use direct, session or pinned", strategy, k, s.RefusesTransactionPooling)
-}
-
-// StrategyNames lists the registered strategies, sorted.
-func StrategyNames() []string {
+// Names lists the registered strategies, sorted.
+func Names() []string {
 	strategies.Lock()
 	defer strategies.Unlock()
 	var names []string

@@ -17,23 +17,15 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/reexec"
 )
 
-// envChild carries a Spec to a child process: MaybeRunChild runs it as a
-// replica instead of what the binary would do.
-const envChild = "DOUBLERUN_FAILOVER_CHILD"
+// leaderChild is the name under which a KILL_LEADER trial's leader is
+// this binary started again (package reexec); its argument is the Spec
+// as JSON. A binary that runs trials calls reexec.Main first.
+const leaderChild = "failover-leader"
 
-// MaybeRunChild runs this process as the leader replica of a KILL_LEADER
-// trial, and exits, when a trial started it as one; otherwise it returns
-// at once. The leader is the running binary started again, so call it
-// first in main, or in the TestMain of a package that runs trials.
-func MaybeRunChild() {
-	raw, ok := os.LookupEnv(envChild)
-	if !ok {
-		return
-	}
-	os.Exit(runChild(raw))
-}
+func init() { reexec.Register(leaderChild, runChild) }
 
 // runChild is a replica in a process of its own: it calls its lease at the
 // spec's pace, writes "leader TOKEN" to stdout once it leads, and keeps
@@ -42,7 +34,7 @@ func MaybeRunChild() {
 func runChild(raw string) int {
 	var spec Spec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", envChild, err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", leaderChild, err)
 		return 2
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -51,7 +43,7 @@ func runChild(raw string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	l, err := NewLease(ctx, spec, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	l, err := spec.lease(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -59,7 +51,7 @@ func runChild(raw string) int {
 	announced := false
 	for {
 		started := time.Now()
-		res, err := spec.Call(ctx, l)
+		res, err := call(ctx, l)
 		if err != nil {
 			return 0
 		}
@@ -120,8 +112,7 @@ func startChild(ctx context.Context, spec Spec) (*child, error) {
 		return nil, fmt.Errorf("find this binary to start the leader: %w", err)
 	}
 	c := &child{done: make(chan struct{})}
-	c.cmd = exec.CommandContext(ctx, exe)
-	c.cmd.Env = append(os.Environ(), envChild+"="+string(encoded))
+	c.cmd = reexec.Command(ctx, exe, leaderChild, string(encoded))
 	c.cmd.Stderr = &c.stderr
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := c.cmd.StdinPipe()

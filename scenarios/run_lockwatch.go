@@ -13,6 +13,7 @@ import (
 	"github.com/doublerun/doublerun/pgbouncer"
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // lockWatchInterval is how often the runner samples the lease's lock. An
@@ -58,8 +59,8 @@ type lockWatch struct {
 // lease.LockHolder, through its claims); a run in which none does records
 // no samples.
 func (r *run) watchLock(ctx context.Context) {
-	strategy, _ := lookupStrategy(r.sc.Strategy)
-	w := &lockWatch{conn: r.conn, log: r.log, lock: strategy.AdvisoryLock}
+	st, _ := strategy.Lookup(r.sc.Strategy)
+	w := &lockWatch{conn: r.conn, log: r.log, lock: st.AdvisoryLock}
 	if !r.leaseEP.Direct() {
 		w.adminDSN = r.leaseEP.AdminDSN
 	}

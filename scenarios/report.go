@@ -3,7 +3,6 @@ package scenarios
 import (
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -44,7 +43,7 @@ type Report struct {
 // ProtocolInfo is how a run's replica commands (Scenario.Replica)
 // reported, and what the runner saw of them.
 type ProtocolInfo struct {
-	// Mode is ModeSQL or ModeLog.
+	// Mode is replica.ModeSQL or replica.ModeLog.
 	Mode string `json:"mode"`
 	// Note says what the timestamps are in this mode.
 	Note string `json:"note"`
@@ -133,65 +132,6 @@ type ReplicaInfo struct {
 	Log  string `json:"log,omitempty"`
 }
 
-func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
-	opts := r.analysis()
-	rep := &Report{
-		Schema:          ReportSchema,
-		Scenario:        r.sc,
-		Began:           r.began,
-		Wall:            oracle.Duration(time.Since(r.began)),
-		GapTolerance:    oracle.Duration(opts.GapTolerance),
-		OrphanTolerance: oracle.Duration(opts.OrphanTolerance),
-		CheckTimeout:    oracle.Duration(opts.CheckTimeout),
-		Metrics:         m,
-		Verdict:         Judge(r.sc.Expect, m, len(h.Intervals)),
-		History:         h,
-		Stack: StackInfo{
-			Provider:      string(r.opts.Stack.Provider()),
-			Lease:         describe(r.leaseEP),
-			Work:          describe(r.workEP),
-			PgBouncer:     r.workEP.Version,
-			LeaseEndpoint: r.leaseCheck,
-			Versions:      StackVersions(r.opts.Stack),
-		},
-	}
-	rep.Protocol = r.protocolInfo()
-	if rep.Protocol != nil && len(h.Intervals) == 0 {
-		rep.Protocol.Silent = r.silentReason()
-	}
-	rep.Verdict = rep.Protocol.Amend(rep.Verdict)
-	r.mu.Lock()
-	for _, rp := range r.replicas {
-		info := ReplicaInfo{ID: rp.id, PID: rp.cmd.Process.Pid, Exit: "running"}
-		select {
-		case <-rp.done:
-			info.Exit = "exit 0"
-			if rp.err != nil {
-				info.Exit = rp.err.Error()
-			}
-		default:
-		}
-		if !r.tempDir {
-			info.Log = rp.log
-		}
-		rep.Replicas = append(rep.Replicas, info)
-	}
-	r.mu.Unlock()
-	return rep
-}
-
-func describe(ep stack.Endpoint) string {
-	if ep.Direct() {
-		return "postgres (direct)"
-	}
-	name := ep.Name
-	if u, err := url.Parse(ep.DSN); err == nil && strings.HasSuffix(u.Path, aliasLeaseSuffix) {
-		// The alias topology's lease name on the one bouncer.
-		name += " database " + strings.TrimPrefix(u.Path, "/")
-	}
-	return fmt.Sprintf("%s (PgBouncer %s, pool_mode=%s, default_pool_size=%d)", name, ep.Version, ep.PoolMode, ep.PoolSize)
-}
-
 // BackendPIDs returns, per replica, the backend PIDs its lease held while
 // it worked, as the advisory lease reports them.
 func (r *Report) BackendPIDs() map[string][]int32 {
@@ -244,39 +184,4 @@ func (p *ProtocolInfo) Amend(v Verdict) Verdict {
 	v.Reason = fmt.Sprintf("replica %s left processes of its group running after it exited, which the runner killed and never measured; make the command wait for its children, or exec the service so it is the one process (%s)",
 		strings.Join(p.LeftBehind, ", "), v.Reason)
 	return v
-}
-
-// protocolInfo is the report's ProtocolInfo, nil for built-in replicas.
-func (r *run) protocolInfo() *ProtocolInfo {
-	c := r.sc.Replica
-	if c == nil {
-		return nil
-	}
-	p := &ProtocolInfo{Mode: c.Mode(), Note: noteSQL}
-	if p.Mode == ModeLog {
-		p.Note = noteLog
-	}
-	var lags []time.Duration
-	r.mu.Lock()
-	for _, rp := range r.replicas {
-		select {
-		case <-rp.done:
-			if rp.leftBehind {
-				p.LeftBehind = append(p.LeftBehind, rp.id)
-			}
-		default:
-		}
-		if rp.lines != nil {
-			l, m := rp.lines.counts()
-			p.Lines, p.Matched = p.Lines+l, p.Matched+m
-			lags = append(lags, rp.lines.receiptLags()...)
-		}
-	}
-	r.mu.Unlock()
-	if len(lags) > 0 {
-		slices.Sort(lags)
-		p.ReceiptLagMedian = oracle.Duration(lags[len(lags)/2])
-		p.ReceiptLagMax = oracle.Duration(lags[len(lags)-1])
-	}
-	return p
 }

@@ -1,20 +1,24 @@
-package report
+package chaos
 
 import (
 	"cmp"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
-// Result is what one cell of a matrix gave, as its summary shows it: the
+// CellResult is what one cell of a matrix gave, as its summary shows it: the
 // scenario, its report, or the error that kept it from running as
 // designed, and what the check of the stack after it found.
-type Result struct {
+type CellResult struct {
 	Scenario scenarios.Scenario
 	// Report is nil when the run could not be carried out; Err says why.
 	Report *scenarios.Report
@@ -33,22 +37,22 @@ type Result struct {
 
 // Verdict is the cell's report's verdict, and a failed one when the cell
 // could not run as designed.
-func (c Result) Verdict() scenarios.Verdict {
+func (c CellResult) Verdict() scenarios.Verdict {
 	if c.Err != nil || c.Report == nil {
-		return scenarios.Verdict{Expect: c.Scenario.Expect, Reason: "could not run as designed: " + FirstLine(c.Err)}
+		return scenarios.Verdict{Expect: c.Scenario.Expect, Reason: "could not run as designed: " + report.FirstLine(c.Err)}
 	}
 	return c.Report.Verdict
 }
 
 // Line is the progress line of a cell, with its notes under it.
-func (c Result) Line() string {
+func (c CellResult) Line() string {
 	var line string
 	if c.Report == nil {
-		line = fmt.Sprintf("ERROR %-40s %s", c.Scenario.Name, FirstLine(c.Err))
+		line = fmt.Sprintf("ERROR %-40s %s", c.Scenario.Name, report.FirstLine(c.Err))
 	} else {
-		line = fmt.Sprintf("%s  (%s)", Line(c.Report), c.Wall.Round(100*time.Millisecond))
+		line = fmt.Sprintf("%s  (%s)", report.Line(c.Report), c.Wall.Round(100*time.Millisecond))
 		if c.Err != nil {
-			line += "\n    error: " + FirstLine(c.Err)
+			line += "\n    error: " + report.FirstLine(c.Err)
 		}
 	}
 	for _, n := range c.Notes {
@@ -58,8 +62,8 @@ func (c Result) Line() string {
 }
 
 // Failed returns the cells whose verdict failed.
-func Failed(cells []Result) []Result {
-	var out []Result
+func Failed(cells []CellResult) []CellResult {
+	var out []CellResult
 	for _, c := range cells {
 		if !c.Verdict().Pass {
 			out = append(out, c)
@@ -70,7 +74,7 @@ func Failed(cells []Result) []Result {
 
 // Verdict judges a matrix: it passes when every cell did, and its reason
 // names the cells that did not.
-func Verdict(cells []Result) scenarios.Verdict {
+func Verdict(cells []CellResult) scenarios.Verdict {
 	failed := Failed(cells)
 	if len(failed) == 0 {
 		return scenarios.Verdict{Pass: true, Reason: fmt.Sprintf("all %d cells matched their expectation", len(cells))}
@@ -88,11 +92,11 @@ func Verdict(cells []Result) scenarios.Verdict {
 // verdict; the cells that failed follow with their reasons, and then what
 // the checks of the stack repaired. Rows are sorted by strategy name,
 // fault in catalog order and topology in scenarios.Topologies order.
-func Summary(cells []Result, wall time.Duration) string {
+func Summary(cells []CellResult, wall time.Duration) string {
 	sorted := slices.Clone(cells)
-	strategies := scenarios.StrategyNames()
+	strategies := strategy.Names()
 	faults := append([]string{fault.None}, fault.Names()...)
-	slices.SortStableFunc(sorted, func(a, b Result) int {
+	slices.SortStableFunc(sorted, func(a, b CellResult) int {
 		return cmp.Or(
 			cmp.Compare(slices.Index(strategies, a.Scenario.Strategy), slices.Index(strategies, b.Scenario.Strategy)),
 			cmp.Compare(slices.Index(faults, a.Scenario.Fault), slices.Index(faults, b.Scenario.Fault)),
@@ -152,4 +156,14 @@ func Summary(cells []Result, wall time.Duration) string {
 		b.WriteString(strings.Join(notes, ""))
 	}
 	return b.String()
+}
+
+// WriteSummary writes Summary to dir/summary.md. Each cell's own
+// report.json, report.md and timeline.svg are under dir/<cell name>
+// (Write).
+func WriteSummary(dir string, cells []CellResult, wall time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "summary.md"), []byte(Summary(cells, wall)), 0o644)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/doublerun/doublerun/pgbouncer"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 )
 
@@ -63,7 +64,7 @@ func newPathWatch(r *run) *pathWatch {
 		settled: map[string]bool{}, tries: map[string]int{}, pending: map[string]oracle.Backend{}}
 	for i := range r.sc.Replicas {
 		id := fmt.Sprintf("r%d", i+1)
-		p.apps[appName(id)] = id
+		p.apps[fault.AppName(id)] = id
 	}
 	for _, ep := range []string{r.leaseEP.AdminDSN, r.workEP.AdminDSN} {
 		p.direct = p.direct || ep == ""

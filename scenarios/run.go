@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,8 +15,6 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/doublerun/doublerun/lease"
-	"github.com/doublerun/doublerun/pgbouncer"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
@@ -44,17 +41,42 @@ type RunOptions struct {
 	// onReplica, for tests, sees each replica's PID as it starts.
 	onReplica func(pid int)
 	// leaderWait, for tests, is how long a run waits for the first piece
-	// of leader work; default 30s.
+	// of leader work; default leaderWait.
 	leaderWait time.Duration
 	// inFlightWait, for tests, bounds the wait for the pieces a fault's
 	// heal left in flight; default inFlightWait.
 	inFlightWait time.Duration
 	// stopGrace, for tests, is how long replicas have to stop after
-	// SIGTERM; default 15s.
+	// SIGTERM; default stopGrace.
 	stopGrace time.Duration
 	// pieceWait, for tests, bounds the wait for the work the validity
 	// floor asks for; default pieceWait.
 	pieceWait time.Duration
+}
+
+// withDefaults returns o with every zero field at its default.
+func (o RunOptions) withDefaults() RunOptions {
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	if o.Executable == "" {
+		o.Executable, _ = os.Executable() // validate says why when it cannot
+	}
+	o.leaderWait = cmp.Or(o.leaderWait, leaderWait)
+	o.inFlightWait = cmp.Or(o.inFlightWait, inFlightWait)
+	o.stopGrace = cmp.Or(o.stopGrace, stopGrace)
+	o.pieceWait = cmp.Or(o.pieceWait, pieceWait)
+	return o
+}
+
+// validate says what keeps o, defaults applied, from starting a run.
+func (o RunOptions) validate() error {
+	if o.Stack == nil {
+		return errors.New("scenarios: RunOptions.Stack is required")
+	}
+	if o.Executable == "" {
+		_, err := os.Executable()
+		return fmt.Errorf("find this binary to start replicas: %w", err)
+	}
+	return nil
 }
 
 // Run runs one scenario and judges it, and returns what it measured as
@@ -66,33 +88,28 @@ func Run(ctx context.Context, sc Scenario, opts RunOptions) (*Report, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
-	if opts.Stack == nil {
-		return nil, errors.New("scenarios: RunOptions.Stack is required")
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	if sc.Replica != nil {
-		if err := CheckCommand(sc.Replica); err != nil {
+		if err := sc.Replica.Check(); err != nil {
 			return nil, err
 		}
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	exe := opts.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("find this binary to start replicas: %w", err)
-		}
-	}
-	r := &run{sc: sc, opts: opts, log: log, exe: exe, began: time.Now()}
+	r := &run{sc: sc, opts: opts, log: opts.Logger, exe: opts.Executable, began: time.Now()}
 	defer r.cleanup()
-	return r.run(ctx)
+	return r.execute(ctx)
 }
 
-// run is one Run in progress. Its methods are spread over this file (the
-// run's course), replica_parent.go (the replica processes) and target.go
-// (what its fault acts on).
+// run is one Run in progress. Its methods live in the files named run*:
+// this file (the run's course and its measurement), run_prepare.go (the
+// logs' directory, the run's database and endpoints, the oracle),
+// run_replicas.go (the replica processes), run_command.go (a replica that
+// is the user's command, and the keeper of its process group),
+// run_lockwatch.go and run_pathwatch.go (what the runner samples while the
+// replicas run), run_target.go (what its fault acts on) and run_report.go
+// (the Report it returns).
 type run struct {
 	sc    Scenario
 	opts  RunOptions
@@ -119,11 +136,14 @@ type run struct {
 	stopping atomic.Bool
 
 	mu       sync.Mutex
-	replicas []*replica
+	replicas []*proc
 	cleanups []func()
 }
 
-func (r *run) run(ctx context.Context) (*Report, error) {
+// execute is the run's course: prepare, start the replicas, wait for the
+// first piece of leader work, measure (with the fault at a third), stop
+// the replicas and judge what the history holds.
+func (r *run) execute(ctx context.Context) (*Report, error) {
 	if err := r.prepare(ctx); err != nil {
 		return nil, err
 	}
@@ -134,7 +154,13 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	waitFrom := time.Now()
 	start, err := r.waitForLeader(ctx)
 	if errors.Is(err, errSilent) {
-		return r.silentReport(ctx, r.oracleTime(ctx, waitFrom))
+		// Replica commands that reported no leader work within the
+		// leader wait: the measured span is from the first command's start
+		// to now, and the verdict says what reported nothing and how to
+		// fix it. Judge fails any run without work (Caught by
+		// TestJudgeSilentReplicaIsNotSafe); the reason (silentReason)
+		// names the mode.
+		return r.finish(ctx, r.oracleTime(ctx, waitFrom))
 	}
 	if err != nil {
 		return nil, err
@@ -149,7 +175,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		// The fault strikes once the work the validity floor asks for
 		// before it has begun: a third of the run is the plan, and a
 		// starved machine gets longer.
-		if err := r.awaitPieces(ctx, start, oracle.MinPieces, cmp.Or(r.opts.pieceWait, pieceWait)); err != nil {
+		if err := r.awaitPieces(ctx, start, oracle.MinPieces, r.opts.pieceWait); err != nil {
 			return nil, err
 		}
 		var healed time.Time
@@ -178,6 +204,13 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	if err := r.awaitWorkAfter(ctx, faultAt); err != nil {
 		return nil, err
 	}
+	return r.finish(ctx, start)
+}
+
+// finish ends the measurement that began at start on the oracle's clock:
+// it logs the end, stops the replicas, takes the lock watch's last
+// sample, loads the history between the two and judges it.
+func (r *run) finish(ctx context.Context, start time.Time) (*Report, error) {
 	end, err := oracle.LogEvent(ctx, r.conn, oracle.EventMeasureEnd, "", "")
 	if err != nil {
 		return nil, err
@@ -229,7 +262,7 @@ const inFlightWait = 30 * time.Second
 // and an event names the pieces still open. Caught by
 // TestAwaitInFlight/WaitsForAPieceOpenAtTheHeal.
 func (r *run) awaitInFlight(ctx context.Context, healed time.Time) error {
-	bound := cmp.Or(r.opts.inFlightWait, inFlightWait)
+	bound := r.opts.inFlightWait
 	deadline := time.Now().Add(bound)
 	for {
 		open, err := oracle.OpenWork(ctx, r.conn, healed)
@@ -318,7 +351,7 @@ func (r *run) awaitPieces(ctx context.Context, since time.Time, n int, bound tim
 // every look. A leader that stalled under load and works again settles it
 // within a few of its pieces. Caught by TestAwaitSecondHalf.
 func (r *run) awaitSecondHalf(ctx context.Context, start time.Time) error {
-	deadline := time.Now().Add(cmp.Or(r.opts.pieceWait, pieceWait))
+	deadline := time.Now().Add(r.opts.pieceWait)
 	for {
 		// The run ends just after this returns: its middle is taken a
 		// second later than now, so a piece found is in its second half.
@@ -350,156 +383,6 @@ func (r *run) analysis() oracle.Options {
 // gapTolerance is the longest pause between two pieces of a leader's own
 // work: its poll interval, the lease call and the oracle's writes.
 func (r *run) gapTolerance() time.Duration { return 2*r.sc.PollInterval + 100*time.Millisecond }
-
-// prepare makes what the replicas need: a directory for their logs, the
-// run's database with its endpoints, and the oracle there.
-func (r *run) prepare(ctx context.Context) error {
-	if err := r.logDir(); err != nil {
-		return err
-	}
-	s := r.opts.Stack
-	var err error
-	if r.db, err = s.CreateDatabase(ctx, "run_"); err != nil {
-		return err
-	}
-	if !r.opts.Keep {
-		r.defer_(func() { _ = s.DropDatabase(context.Background(), r.db) })
-	}
-	r.direct = s.Postgres().WithDatabase(r.db)
-	if err := r.endpoints(ctx); err != nil {
-		return err
-	}
-	if err := r.connectOracle(ctx); err != nil {
-		return err
-	}
-	if rep, err := lease.CheckEndpoint(ctx, r.leaseEP.DSN); err == nil {
-		r.leaseCheck = rep.String()
-	} else {
-		r.leaseCheck = "check failed: " + err.Error()
-	}
-	return nil
-}
-
-// logDir makes OutDir/<scenario>/replicas, or a temp dir when there is no
-// OutDir.
-func (r *run) logDir() error {
-	if r.opts.OutDir != "" {
-		r.dir = filepath.Join(r.opts.OutDir, r.sc.Name)
-	} else {
-		// With an owner file: a run killed outright leaves it to the
-		// next stack's sweep.
-		dir, err := stack.TempDir()
-		if err != nil {
-			return err
-		}
-		r.dir, r.tempDir = dir, true
-	}
-	return os.MkdirAll(filepath.Join(r.dir, "replicas"), 0o755)
-}
-
-// endpoints picks the lease and work endpoints for the topology, starting
-// a transaction pool of the run's own when the stack's has another size.
-func (r *run) endpoints(ctx context.Context) error {
-	s := r.opts.Stack
-	switch r.sc.Topology.Kind {
-	case Direct:
-		r.leaseEP, r.workEP = r.direct, r.direct
-		return nil
-	case Session:
-		ep := s.Session().WithDatabase(r.db)
-		r.leaseEP, r.workEP = ep, ep
-		return nil
-	}
-	if r.sc.Topology.Kind == Alias {
-		return r.aliasEndpoints(ctx)
-	}
-	tx := s.Transaction()
-	if tx.PoolSize != r.sc.Topology.PoolSize {
-		name := "run-" + strings.TrimPrefix(r.db, "run_")
-		ep, err := s.AddPgBouncer(ctx, name, pgbouncer.Config{PoolMode: pgbouncer.PoolTransaction, DefaultPoolSize: r.sc.Topology.PoolSize})
-		if err != nil {
-			return fmt.Errorf("start a transaction pool of %d: %w", r.sc.Topology.PoolSize, err)
-		}
-		r.defer_(func() { _ = s.RemovePgBouncer(context.Background(), name) })
-		tx = ep
-	}
-	tx = tx.WithDatabase(r.db)
-	r.workEP, r.leaseEP = tx, tx
-	if r.sc.Topology.Kind == Pinned {
-		r.leaseEP = s.Session().WithDatabase(r.db)
-	}
-	return nil
-}
-
-// aliasLeasePoolSize is the pool of the alias topology's lease name: a
-// session-pooled server connection per connected lease client, and room
-// for the endpoint checks of MaxReplicas replicas starting at once, as the
-// stack's session bouncer has.
-const aliasLeasePoolSize = 20
-
-// aliasLeaseSuffix names the alias topology's lease database after the run's.
-const aliasLeaseSuffix = "_lease"
-
-// aliasEndpoints starts the run's own PgBouncer serving its database under
-// two names: <db>_lease in session pooling for the lease, and <db> in
-// transaction pooling, with the topology's pool size, for the work. Every
-// PgBouncer fault acts on it: the ones scoped to a database (PAUSE, KILL,
-// RECONNECT) on the work name, a restart on both names at once.
-func (r *run) aliasEndpoints(ctx context.Context) error {
-	s := r.opts.Stack
-	leaseName := r.db + aliasLeaseSuffix
-	cfg := pgbouncer.Config{
-		PoolMode:        pgbouncer.PoolTransaction,
-		DefaultPoolSize: r.sc.Topology.PoolSize,
-		Databases: []pgbouncer.Database{
-			{Name: leaseName, DBName: r.db, PoolSize: aliasLeasePoolSize, PoolMode: pgbouncer.PoolSession},
-			{Name: r.db, PoolSize: r.sc.Topology.PoolSize, PoolMode: pgbouncer.PoolTransaction},
-		},
-	}
-	name := "alias-" + strings.TrimPrefix(r.db, "run_")
-	ep, err := s.AddPgBouncer(ctx, name, cfg)
-	if err != nil {
-		return fmt.Errorf("start a PgBouncer with a session-mode lease name and a transaction pool of %d: %w", r.sc.Topology.PoolSize, err)
-	}
-	r.defer_(func() { _ = s.RemovePgBouncer(context.Background(), name) })
-	r.workEP = ep.WithDatabase(r.db)
-	r.workEP.PoolMode, r.workEP.PoolSize = cfg.EffectivePoolMode(r.db, ""), r.sc.Topology.PoolSize
-	r.leaseEP = ep.WithDatabase(leaseName)
-	r.leaseEP.PoolMode, r.leaseEP.PoolSize = cfg.EffectivePoolMode(leaseName, ""), aliasLeasePoolSize
-	return nil
-}
-
-// connectOracle opens the runner's direct pool to the run's database and
-// creates the oracle's tables and the strategy's there.
-func (r *run) connectOracle(ctx context.Context) error {
-	pcfg, err := pgxpool.ParseConfig(r.direct.DSN)
-	if err != nil {
-		return err
-	}
-	pcfg.MaxConns = 4
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "doublerun-runner"
-	r.conn, err = pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return err
-	}
-	r.defer_(r.conn.Close)
-	return r.conn.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
-		if err := oracle.Migrate(ctx, c.Conn()); err != nil {
-			return err
-		}
-		strategy, _ := lookupStrategy(r.sc.Strategy)
-		if strategy.Setup != nil {
-			if err := strategy.Setup(ctx, c.Conn()); err != nil {
-				return fmt.Errorf("strategy %s setup: %w", r.sc.Strategy, err)
-			}
-		}
-		// Caught by TestReportFilesRoundTrip.
-		if strategy.TokenTable != "" {
-			return oracle.RecordTokens(ctx, c.Conn(), strategy.TokenTable)
-		}
-		return nil
-	})
-}
 
 func (r *run) defer_(f func()) { r.cleanups = append(r.cleanups, f) }
 

@@ -1,10 +1,7 @@
 package scenarios
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -19,14 +16,16 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/reexec"
+	"github.com/doublerun/doublerun/scenarios/replica"
 )
 
 // The parent side of a replica: the runner starts each replica as this
 // binary again, behind proxies of its own, watches it, and stops it.
-// replica_child.go is what the started process does.
+// Package scenarios/replica is what the started process does.
 
-// replica is one replica process the runner started.
-type replica struct {
+// proc is one replica process the runner started.
+type proc struct {
 	id   string
 	cmd  *exec.Cmd
 	log  string
@@ -39,15 +38,11 @@ type replica struct {
 	// it, matched the lines that matched a pattern.
 	command    bool
 	leftBehind bool
-	lines      *logMatcher
+	lines      *replica.LogMatcher
 	// killed says a fault killed it (Target.Killed): its exit is that
 	// fault's, already an event.
 	killed atomic.Bool
 }
-
-// isTestBinary reports whether this process is a go test binary, whose
-// replicas must not run the tests if TestMain forgot MaybeRunReplica.
-func isTestBinary() bool { return flag.Lookup("test.run") != nil }
 
 func (r *run) startReplicas(ctx context.Context) error {
 	r.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
@@ -71,7 +66,7 @@ func (r *run) startReplicas(ctx context.Context) error {
 				return err
 			}
 		}
-		spec := replicaSpec{
+		spec := replica.Spec{
 			Replica:      id,
 			Strategy:     r.sc.Strategy,
 			LeaseName:    "doublerun-" + r.sc.Name,
@@ -110,8 +105,8 @@ func (r *run) proxy(replica, role, dsn string) (string, error) {
 	return u.String(), nil
 }
 
-func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
-	raw, err := json.Marshal(spec)
+func (r *run) startReplica(_ context.Context, spec replica.Spec) error {
+	cmd, err := spec.ChildCommand(r.exe)
 	if err != nil {
 		return err
 	}
@@ -120,12 +115,6 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 	if err != nil {
 		return err
 	}
-	var args []string
-	if isTestBinary() {
-		args = []string{"-test.run=^$"}
-	}
-	cmd := exec.Command(r.exe, args...)
-	cmd.Env = append(os.Environ(), envReplica+"="+string(raw))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group so faults can signal one replica alone; Pdeathsig
 	// so no replica outlives a runner that is killed outright.
@@ -134,7 +123,7 @@ func (r *run) startReplica(_ context.Context, spec replicaSpec) error {
 		logf.Close()
 		return fmt.Errorf("start replica %s: %w", spec.Replica, err)
 	}
-	rp := &replica{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{})}
+	rp := &proc{id: spec.Replica, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		rp.err = cmd.Wait()
 		logf.Close()
@@ -157,7 +146,7 @@ const waitSaid = 5 * time.Second
 // waitForLeader waits for the first piece of leader work and starts the
 // measurement there, so start-up time is not counted as leaderless.
 func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
-	deadline := time.Now().Add(cmp.Or(r.opts.leaderWait, leaderWait))
+	deadline := time.Now().Add(r.opts.leaderWait)
 	// A replica that reports nothing holds the run for the whole wait,
 	// however short its duration: say so once the wait is longer than a
 	// start-up, and again as it goes on.
@@ -166,7 +155,7 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 	for {
 		if time.Now().After(say) {
 			r.log.Info("waiting for leader work", "scenario", r.sc.Name, "waited", time.Since(began).Round(time.Second),
-				"up_to", cmp.Or(r.opts.leaderWait, leaderWait),
+				"up_to", r.opts.leaderWait,
 				"why", "the measurement starts at the first piece of leader work a replica reports; none has yet")
 			say = say.Add(waitSaid)
 		}
@@ -195,10 +184,10 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 		}
 		if time.Now().After(deadline) {
 			hint := ""
-			if isTestBinary() {
-				hint = "; a test binary must call scenarios.MaybeRunReplica() first in TestMain"
+			if reexec.IsTestBinary() {
+				hint = "; a test binary must call reexec.Main() first in TestMain"
 			}
-			return time.Time{}, fmt.Errorf("no replica became leader within %s%s; replica logs in %s", cmp.Or(r.opts.leaderWait, leaderWait), hint, filepath.Join(r.dir, "replicas"))
+			return time.Time{}, fmt.Errorf("no replica became leader within %s%s; replica logs in %s", r.opts.leaderWait, hint, filepath.Join(r.dir, "replicas"))
 		}
 		if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return time.Time{}, err
@@ -217,9 +206,9 @@ const stopGrace = 15 * time.Second
 // a user who interrupts does not wait for the grace.
 func (r *run) stopReplicas(ctx context.Context) {
 	r.mu.Lock()
-	reps := append([]*replica(nil), r.replicas...)
+	reps := append([]*proc(nil), r.replicas...)
 	r.mu.Unlock()
-	grace := cmp.Or(r.opts.stopGrace, stopGrace)
+	grace := r.opts.stopGrace
 	r.log.Info("stopping replicas", "scenario", r.sc.Name, "grace", grace)
 	for _, rp := range reps {
 		// The whole group: a command's children stop with it.
@@ -232,7 +221,7 @@ func (r *run) stopReplicas(ctx context.Context) {
 	// TestRunInterruptedDuringTheGracePeriod.
 	deadline, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
-	var left []*replica
+	var left []*proc
 	for _, rp := range reps {
 		select {
 		case <-rp.done:
@@ -271,7 +260,7 @@ func (r *run) stopReplicas(ctx context.Context) {
 // killReplicas kills every replica still running, and waits for each.
 func (r *run) killReplicas() {
 	r.mu.Lock()
-	reps := append([]*replica(nil), r.replicas...)
+	reps := append([]*proc(nil), r.replicas...)
 	r.mu.Unlock()
 	for _, rp := range reps {
 		// The group even when its leader is gone: what a command left
@@ -285,7 +274,7 @@ func (r *run) killReplicas() {
 // the runner stopped it (a fault's SIGKILL is the fault's own event):
 // its open work ends there (oracle.Load), and it no longer contends
 // (oracle.Validity). Caught by TestAReplicaThatExitsIsAnEvent.
-func (r *run) replicaExited(rp *replica) {
+func (r *run) replicaExited(rp *proc) {
 	if r.stopping.Load() || rp.killed.Load() {
 		return
 	}
@@ -296,7 +285,7 @@ func (r *run) replicaExited(rp *replica) {
 
 // exitDetail says how a replica exited before the run ended: its exit
 // status and the last line of its output.
-func (r *run) exitDetail(rp *replica) string {
+func (r *run) exitDetail(rp *proc) string {
 	status := "exit 0"
 	if rp.err != nil {
 		status = rp.err.Error()

@@ -1,4 +1,4 @@
-package report
+package chaos
 
 import (
 	"cmp"
@@ -31,7 +31,7 @@ type ShardResults struct {
 	// Total is how many cells the unsharded selection has.
 	Total   int
 	Wall    time.Duration
-	Results []Result
+	Results []CellResult
 	// Index holds each result's position in the unsharded selection.
 	Index []int
 }
@@ -102,7 +102,7 @@ func ReadCells(dir string) (ShardResults, error) {
 	}
 	r := ShardResults{Versions: f.Versions, Shard: f.Shard, Shards: f.Shards, Total: f.Total, Wall: time.Duration(f.Wall)}
 	for _, e := range f.Cells {
-		c := Result{Scenario: e.Scenario, Wall: time.Duration(e.Wall), Notes: e.Notes, Versions: f.Versions}
+		c := CellResult{Scenario: e.Scenario, Wall: time.Duration(e.Wall), Notes: e.Notes, Versions: f.Versions}
 		if e.Error != "" {
 			c.Err = errors.New(e.Error)
 		}
@@ -134,7 +134,7 @@ func readReport(path string) (*scenarios.Report, error) {
 // Canonical returns cells with each report as report.json holds it (its
 // durations to the microsecond), so that a summary of cells just run is
 // the summary of the same cells read back by MergeDirs, to the character.
-func Canonical(cells []Result) []Result {
+func Canonical(cells []CellResult) []CellResult {
 	out := slices.Clone(cells)
 	for i, c := range out {
 		if c.Report == nil {

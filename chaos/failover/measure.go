@@ -11,7 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/doublerun/doublerun/lease"
+	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
 // Endpoint is where a cell's leases connect: Postgres itself or PgBouncer
@@ -21,7 +22,8 @@ type Endpoint struct {
 	DSN  string
 }
 
-// Config configures Run. Zero fields take the defaults in their comments.
+// Config configures Measure. Zero fields take the defaults in their
+// comments.
 type Config struct {
 	// Admin is a direct DSN to the database every endpoint points at: the
 	// fenced lease's table is created there, and a leader's backend is
@@ -29,18 +31,20 @@ type Config struct {
 	Admin string
 	// Endpoints are measured in order. Required.
 	Endpoints []Endpoint
-	// Strategies, in order; default all of Strategies.
+	// Strategies names strategies of the registry (package
+	// scenarios/strategy), in order; default all of Strategies.
 	Strategies []string
-	// Faults, in order; default all of Faults.
-	Faults []string
+	// Faults are faults of the catalog (package scenarios/fault) that a
+	// trial injects, in order; default all of Faults.
+	Faults []fault.Fault
 	// Trials per cell; default 20.
 	Trials int
 	// Poll is a replica's pace; default 100ms.
 	Poll time.Duration
 	// TTL is the fenced lease's; default 2s.
 	TTL time.Duration
-	// Progress, if set, sees each cell as it is done.
-	Progress func(done, total int, r Result)
+	// Progress, if set, sees each cell's measurement as it is done.
+	Progress func(done, total int, m Measurement)
 }
 
 func (c Config) withDefaults() Config {
@@ -67,13 +71,13 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("no endpoint to measure"))
 	}
 	for _, s := range c.Strategies {
-		if err := CheckStrategy(s); err != nil {
+		if err := strategy.Check(s); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, f := range c.Faults {
-		if err := CheckFault(f); err != nil {
-			errs = append(errs, err)
+		if !slices.Contains(Faults, f) {
+			errs = append(errs, notInjected(f))
 		}
 	}
 	if c.Trials < 1 {
@@ -85,20 +89,20 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Result is what one cell of the table (an endpoint, a strategy and a
-// fault) measured: every trial's failover.
-type Result struct {
+// Measurement is what one cell of the table (an endpoint, a strategy and
+// a fault) measured: every trial's failover.
+type Measurement struct {
 	Endpoint string          `json:"endpoint"`
 	Strategy string          `json:"strategy"`
 	Fault    string          `json:"fault"`
 	Samples  []time.Duration `json:"samples_ns"`
 	Stats    Stats           `json:"stats"`
 	// Woken counts the trials whose new leader came from a call already
-	// under way at the fault (Outcome.Woken).
+	// under way at the fault (TrialResult.Woken).
 	Woken int `json:"woken"`
 }
 
-// Stats sums up a result's samples.
+// Stats sums up a measurement's samples.
 type Stats struct {
 	N   int           `json:"n"`
 	P50 time.Duration `json:"p50_ns"`
@@ -126,11 +130,11 @@ func Percentile(sorted []time.Duration, p int) time.Duration {
 	return sorted[max(i, 1)-1]
 }
 
-// Run measures every cell of cfg, one trial at a time (a trial's timing
-// must not compete with another's), and returns the results done. It stops
-// at the first trial that fails, or when ctx ends, returning the results
-// finished before with the error.
-func Run(ctx context.Context, cfg Config) ([]Result, error) {
+// Measure measures every cell of cfg, one trial at a time (a trial's
+// timing must not compete with another's), and returns the measurements
+// done. It stops at the first trial that fails, or when ctx ends,
+// returning the measurements finished before with the error.
+func Measure(ctx context.Context, cfg Config) ([]Measurement, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -140,26 +144,32 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	if err := lease.MigrateFenced(ctx, admin, ""); err != nil {
-		return nil, err
+	for _, name := range cfg.Strategies {
+		// Each strategy's tables, before any trial: as a run sets up its
+		// strategy before any replica starts.
+		if st, _ := strategy.Lookup(name); st.Setup != nil {
+			if err := st.Setup(ctx, admin); err != nil {
+				return nil, fmt.Errorf("strategy %s setup: %w", name, err)
+			}
+		}
 	}
 	total := len(cfg.Endpoints) * len(cfg.Strategies) * len(cfg.Faults)
-	var cells []Result
+	var cells []Measurement
 	key := int32(1000)
 	for _, ep := range cfg.Endpoints {
-		for _, strategy := range cfg.Strategies {
-			for _, fault := range cfg.Faults {
-				c := Result{Endpoint: ep.Name, Strategy: strategy, Fault: fault}
+		for _, name := range cfg.Strategies {
+			for _, f := range cfg.Faults {
+				c := Measurement{Endpoint: ep.Name, Strategy: name, Fault: f.Name()}
 				for i := range cfg.Trials {
 					key++
-					spec := Spec{Strategy: strategy, DSN: ep.DSN, Key: key, TTL: cfg.TTL, Poll: cfg.Poll,
-						Name: fmt.Sprintf("failover-%s-%s-%s-%d", ep.Name, strategy, strings.ToLower(fault), i)}
-					o, err := Trial(ctx, admin, spec, fault)
+					spec := Spec{Strategy: name, DSN: ep.DSN, Key: key, TTL: cfg.TTL, Poll: cfg.Poll,
+						Name: fmt.Sprintf("failover-%s-%s-%s-%d", ep.Name, name, strings.ToLower(f.Name()), i)}
+					o, err := Trial(ctx, admin, spec, f)
 					if err != nil {
 						if ctx.Err() != nil {
 							return cells, ctx.Err()
 						}
-						return cells, fmt.Errorf("%s/%s/%s trial %d: %w", ep.Name, strategy, fault, i+1, err)
+						return cells, fmt.Errorf("%s/%s/%s trial %d: %w", ep.Name, name, f.Name(), i+1, err)
 					}
 					c.Samples = append(c.Samples, o.Latency)
 					if o.Woken {
@@ -177,14 +187,14 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return cells, nil
 }
 
-// Line is a result's progress line.
-func (c Result) Line() string {
+// Line is a measurement's progress line.
+func (c Measurement) Line() string {
 	s := c.Stats
 	return fmt.Sprintf("%-8s %-14s %-25s p50 %8s  p99 %8s  max %8s  n %d", c.Endpoint, c.Strategy, c.Fault, Ms(s.P50), Ms(s.P99), Ms(s.Max), s.N)
 }
 
-// Table renders results as a Markdown table.
-func Table(cells []Result) string {
+// Table renders measurements as a Markdown table.
+func Table(cells []Measurement) string {
 	var b strings.Builder
 	b.WriteString("| endpoint | strategy | fault | p50 | p99 | max | n |\n|---|---|---|---:|---:|---:|---:|\n")
 	for _, c := range cells {

@@ -1,4 +1,4 @@
-package report
+package chaos
 
 import (
 	"cmp"
@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/doublerun/doublerun/scenarios/report"
 )
 
 // versionsLine names the exact server versions and providers the cells'
 // reports ran on, for the summary's header; "" when no report names them.
-func versionsLine(cells []Result) string {
+func versionsLine(cells []CellResult) string {
 	var vs, providers []string
 	for _, c := range cells {
 		if c.Report == nil || c.Report.Stack.Versions.Set == "" {
@@ -32,8 +34,9 @@ func versionsLine(cells []Result) string {
 	return fmt.Sprintf("Versions: %s; provider %s.\n\n", strings.Join(vs, "; "), strings.Join(providers, ", "))
 }
 
-// ResultVersions is the version set of c: Result.Versions, else its report's.
-func ResultVersions(c Result) string {
+// VersionSet is the version set c ran on: its Versions, else its
+// report's.
+func (c CellResult) VersionSet() string {
 	if c.Versions != "" {
 		return c.Versions
 	}
@@ -48,10 +51,10 @@ func ResultVersions(c Result) string {
 // cells whose outcome differs between the sets (Differences), and then
 // each set's Summary, oldest set first, its headings one level down; walls
 // holds each set's wall time.
-func SummarySets(cells []Result, walls map[string]time.Duration) string {
-	bySet := map[string][]Result{}
+func SummarySets(cells []CellResult, walls map[string]time.Duration) string {
+	bySet := map[string][]CellResult{}
 	for _, c := range cells {
-		bySet[ResultVersions(c)] = append(bySet[ResultVersions(c)], c)
+		bySet[c.VersionSet()] = append(bySet[c.VersionSet()], c)
 	}
 	sets := slices.SortedFunc(maps.Keys(bySet), CompareSets)
 	if len(sets) <= 1 {
@@ -97,35 +100,35 @@ func CompareSets(a, b string) int {
 	return cmp.Or(cmp.Compare(a1, b1), cmp.Compare(a2, b2), cmp.Compare(a3, b3), cmp.Compare(a, b))
 }
 
-// Outcome is what a cell showed, coarsely: whether it ran, its verdict,
+// shown is what a cell showed, coarsely: whether it ran, its verdict,
 // whether a double-run appeared and whether a stale write was accepted.
-// Two runs of a cell on different versions differ when their outcomes do.
-type Outcome struct {
+// Two runs of a cell on different versions differ when these do.
+type shown struct {
 	Ran, Pass, DoubleRun, StaleAccepted bool
 }
 
-// OutcomeOf is c's Outcome.
-func OutcomeOf(c Result) Outcome {
+// shownBy is what c showed.
+func shownBy(c CellResult) shown {
 	if c.Report == nil || c.Err != nil {
-		return Outcome{}
+		return shown{}
 	}
 	m := c.Report.Metrics
-	return Outcome{Ran: true, Pass: c.Report.Verdict.Pass, DoubleRun: m.DoubleRun.Total > 0, StaleAccepted: m.StaleWrites.Accepted > 0}
+	return shown{Ran: true, Pass: c.Report.Verdict.Pass, DoubleRun: m.DoubleRun.Total > 0, StaleAccepted: m.StaleWrites.Accepted > 0}
 }
 
 // Differences renders, as a Markdown section, the cells run on two or more
-// version sets whose Outcome differs between them, with each set's
+// version sets where what they showed (shownBy) differs between them, with each set's
 // figures; "" when every such cell agrees.
-func Differences(cells []Result) string {
-	byName := map[string]map[string]Result{}
+func Differences(cells []CellResult) string {
+	byName := map[string]map[string]CellResult{}
 	var names []string
 	for _, c := range cells {
 		n := c.Scenario.Name
 		if byName[n] == nil {
-			byName[n] = map[string]Result{}
+			byName[n] = map[string]CellResult{}
 			names = append(names, n)
 		}
-		byName[n][ResultVersions(c)] = c
+		byName[n][c.VersionSet()] = c
 	}
 	var rows []string
 	for _, n := range names {
@@ -134,17 +137,17 @@ func Differences(cells []Result) string {
 			continue
 		}
 		sets := slices.SortedFunc(maps.Keys(per), CompareSets)
-		first := OutcomeOf(per[sets[0]])
+		first := shownBy(per[sets[0]])
 		differ := false
 		for _, s := range sets[1:] {
-			differ = differ || OutcomeOf(per[s]) != first
+			differ = differ || shownBy(per[s]) != first
 		}
 		if !differ {
 			continue
 		}
 		var parts []string
 		for _, s := range sets {
-			parts = append(parts, s+": "+outcomeText(per[s]))
+			parts = append(parts, s+": "+shownText(per[s]))
 		}
 		rows = append(rows, fmt.Sprintf("| %s | %s |\n", n, strings.Join(parts, "<br>")))
 	}
@@ -157,9 +160,9 @@ func Differences(cells []Result) string {
 	return b.String()
 }
 
-func outcomeText(c Result) string {
+func shownText(c CellResult) string {
 	if c.Report == nil {
-		return "ERROR " + FirstLine(c.Err)
+		return "ERROR " + report.FirstLine(c.Err)
 	}
 	m := c.Report.Metrics
 	v := "PASS"

@@ -1,12 +1,8 @@
-package scenarios
+package replica
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,40 +91,4 @@ func (r *sqlRecorder) Rejected(ctx context.Context, tx oracle.Querier, token int
 func (r *sqlRecorder) SideEffect(ctx context.Context, tx oracle.Execer, token int64, fenced bool) error {
 	_, err := tx.Exec(ctx, `SELECT doublerun.side_effect($1, $2, $3)`, r.replica, token, fenced)
 	return err
-}
-
-// RunCommandReplica runs a built-in strategy's lease as a replica command
-// would: its settings from the protocol's DOUBLERUN_* variables, its
-// reports through the doublerun.* SQL functions. It is what `doublerun
-// replica --strategy NAME` runs, so that a scenario whose replica is that
-// command measures the built-in lease through the command path. It returns
-// when SIGTERM or an interrupt stops it, or ctx ends.
-func RunCommandReplica(ctx context.Context, strategy string, getenv func(string) string) error {
-	if _, ok := lookupStrategy(strategy); !ok {
-		return fmt.Errorf("unknown strategy %q; valid: %s", strategy, joinNames(StrategyNames()))
-	}
-	spec, err := specFromEnv(getenv)
-	if err != nil {
-		return err
-	}
-	spec.Strategy = strategy
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", spec.Replica)
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	rec, err := newSQLRecorder(ctx, spec.OracleDSN, spec.Replica)
-	if err != nil {
-		return err
-	}
-	return leadAndWork(ctx, spec, rec, log)
-}
-
-func joinNames(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
-	}
-	return out
 }

@@ -1,7 +1,8 @@
-package scenarios
+package replica
 
-// The child side of a replica: what this binary does when the runner
-// started it as one (replica_parent.go). The spec is all it gets.
+// The built-in replica: what this binary does when the runner started it
+// as one (Spec.ChildCommand), or as a replica command (RunAsCommand). The
+// spec is all it gets.
 
 import (
 	"context"
@@ -20,53 +21,16 @@ import (
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
+	"github.com/doublerun/doublerun/scenarios/strategy"
 	"github.com/doublerun/doublerun/worker"
 )
 
-// envReplica carries a replica's spec from the runner to the process it
-// starts.
-const envReplica = "DOUBLERUN_REPLICA"
-
-// replicaSpec is everything a replica process needs.
-type replicaSpec struct {
-	Replica      string        `json:"replica"`
-	Strategy     string        `json:"strategy"`
-	LeaseName    string        `json:"lease_name"`
-	LeaseDSN     string        `json:"lease_dsn"`
-	WorkDSN      string        `json:"work_dsn"`
-	OracleDSN    string        `json:"oracle_dsn"`
-	PollInterval time.Duration `json:"poll_interval"`
-	Work         time.Duration `json:"work"`
-	TTL          time.Duration `json:"ttl"`
-	Unfenced     bool          `json:"unfenced"`
-	// AppName is DOUBLERUN_APPLICATION_NAME for a built-in lease run as
-	// a replica command; empty in the runner's own replicas.
-	AppName string `json:"app_name,omitempty"`
-}
-
-// MaybeRunReplica runs this process as a scenario replica, and exits, when
-// a runner started it as one; otherwise it returns at once. Replicas are
-// the running binary started again, so call it first in main, or in the
-// TestMain of a package that runs scenarios (after RegisterStrategy for a
-// lease of your own):
-//
-//	func TestMain(m *testing.M) {
-//		scenarios.RegisterStrategy("mine", scenarios.Strategy{New: newMyLease})
-//		scenarios.MaybeRunReplica()
-//		os.Exit(m.Run())
-//	}
-func MaybeRunReplica() {
-	maybeRunKeeper()
-	raw, ok := os.LookupEnv(envReplica)
-	if !ok {
-		return
-	}
-	os.Exit(runReplica(raw))
-}
-
-func runReplica(raw string) int {
+// runChild is a built-in replica process: the runner started this binary
+// again as one (package reexec), with raw its Spec. It returns the
+// process's exit code.
+func runChild(raw string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	var spec replicaSpec
+	var spec Spec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		log.Error("replica: bad spec", "err", err)
 		return 2
@@ -83,7 +47,7 @@ func runReplica(raw string) int {
 
 // replicaMain runs a worker gated by the strategy's lease. Its one sweep is
 // the leader work the oracle measures.
-func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error {
+func replicaMain(ctx context.Context, spec Spec, log *slog.Logger) error {
 	rec, err := oracle.NewRecorder(ctx, spec.OracleDSN, spec.Replica)
 	if err != nil {
 		return err
@@ -94,13 +58,13 @@ func replicaMain(ctx context.Context, spec replicaSpec, log *slog.Logger) error 
 // leadAndWork runs a worker gated by the strategy's lease, reporting to
 // rec: the oracle's Recorder for a built-in replica, the SQL functions for
 // `doublerun replica`.
-func leadAndWork(ctx context.Context, spec replicaSpec, rec workRecorder, log *slog.Logger) error {
+func leadAndWork(ctx context.Context, spec Spec, rec workRecorder, log *slog.Logger) error {
 	defer rec.Close()
-	strategy, ok := lookupStrategy(spec.Strategy)
+	st, ok := strategy.Lookup(spec.Strategy)
 	if !ok {
-		return fmt.Errorf("strategy %q is not registered in this binary; register it before MaybeRunReplica", spec.Strategy)
+		return fmt.Errorf("strategy %q is not registered in this binary; register it before reexec.Main", spec.Strategy)
 	}
-	l, err := strategy.New(ctx, LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, PollInterval: spec.PollInterval, Logger: log,
+	l, err := st.New(ctx, strategy.LeaseConfig{Replica: spec.Replica, Name: spec.LeaseName, DSN: spec.LeaseDSN, TTL: spec.TTL, PollInterval: spec.PollInterval, Logger: log,
 		ApplicationName: spec.AppName})
 	if err != nil {
 		return fmt.Errorf("build lease: %w", err)
@@ -136,7 +100,7 @@ func leadAndWork(ctx context.Context, spec replicaSpec, rec workRecorder, log *s
 		return err
 	}
 	_ = rec.Event(ctx, oracle.EventReplicaStarted, fmt.Sprintf("pid %d", os.Getpid()))
-	claims := newClaimer(l, strategy, rec)
+	claims := newClaimer(l, st, rec)
 	claims.watch(ctx)
 	w.Stop()
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -161,7 +125,7 @@ type claimer struct {
 	last int32
 }
 
-func newClaimer(l lease.Lease, s Strategy, rec workRecorder) *claimer {
+func newClaimer(l lease.Lease, s strategy.Strategy, rec workRecorder) *claimer {
 	c := &claimer{rec: rec}
 	if p, ok := l.(interface{ BackendPID() int32 }); ok {
 		c.pid = p.BackendPID
@@ -212,7 +176,7 @@ func (c *claimer) check(ctx context.Context) {
 // says otherwise), log its end. The write comes after the work, as in a
 // real job, so a leader paused mid-work writes late: the case a fence is
 // for.
-func leaderWork(spec replicaSpec, l lease.Lease, rec workRecorder, pool *pgxpool.Pool, log *slog.Logger) worker.Sweep {
+func leaderWork(spec Spec, l lease.Lease, rec workRecorder, pool *pgxpool.Pool, log *slog.Logger) worker.Sweep {
 	return worker.SweepFunc("doublerun-leader-work", func(ctx context.Context, term lease.Term) error {
 		if err := rec.Grant(ctx, term.Token); err != nil {
 			return err
@@ -261,7 +225,7 @@ func fences(l lease.Lease) bool {
 // carries the term for worker.Fence; the statements run on ctx, which
 // outlives the leader cycle. A refusal is logged with the transaction's
 // times, read in it.
-func sideEffect(leaderCtx, ctx context.Context, spec replicaSpec, fencer bool, pool *pgxpool.Pool, rec workRecorder, term lease.Term) error {
+func sideEffect(leaderCtx, ctx context.Context, spec Spec, fencer bool, pool *pgxpool.Pool, rec workRecorder, term lease.Term) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -299,4 +263,29 @@ func endWork(ctx context.Context, rec workRecorder, id int64) error {
 			return err
 		}
 	}
+}
+
+// RunAsCommand runs a built-in strategy's lease as a replica command
+// would: its settings from the protocol's DOUBLERUN_* variables, its
+// reports through the doublerun.* SQL functions. It is what `doublerun
+// replica --strategy NAME` runs, so that a scenario whose replica is that
+// command measures the built-in lease through the command path. It returns
+// when SIGTERM or an interrupt stops it, or ctx ends.
+func RunAsCommand(ctx context.Context, name string, getenv func(string) string) error {
+	if err := strategy.Check(name); err != nil {
+		return err
+	}
+	spec, err := specFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	spec.Strategy = name
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", spec.Replica)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	rec, err := newSQLRecorder(ctx, spec.OracleDSN, spec.Replica)
+	if err != nil {
+		return err
+	}
+	return leadAndWork(ctx, spec, rec, log)
 }
