@@ -103,7 +103,7 @@ func runCommand() command {
 					return envError{err.Error()}
 				}
 			}
-			s, done, err := stackFor(ctx, e, set, *out)
+			s, done, err := stackFor(ctx, e, set, *out, sc.Standby)
 			if err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ func reproCommand() command {
 			if err != nil {
 				return err
 			}
-			s, done, err := stackFor(ctx, e, set, *out)
+			s, done, err := stackFor(ctx, e, set, *out, "")
 			if err != nil {
 				return err
 			}
@@ -240,16 +240,17 @@ func checkEnv(versions string) error {
 // startStack starts the stack the environment names and returns its
 // cleanup.
 func startStack(ctx context.Context, e *env) (*stack.Stack, func(), error) {
-	return startStackOn(ctx, e, "")
+	return startStackOn(ctx, e, "", "")
 }
 
 // stackFor is how a command that runs on a stack of its own starts: it
 // reads the environment the stack will read (a variable it cannot take
 // stops the command before anything is made), makes the --out directory
 // out ("" for none) and starts a stack of the version set set ("" for the
-// stack's own choice). done shuts the stack down, then removes out again
+// stack's own choice), with a standby in mode standby ("" for none, see
+// stack.Options.Replication). done shuts the stack down, then removes out again
 // if it was made and is still empty; on an error nothing is left.
-func stackFor(ctx context.Context, e *env, set, out string) (s *stack.Stack, done func(), err error) {
+func stackFor(ctx context.Context, e *env, set, out string, standby stack.ReplicationMode) (s *stack.Stack, done func(), err error) {
 	if err := checkEnv(set); err != nil {
 		return nil, nil, err
 	}
@@ -257,7 +258,7 @@ func stackFor(ctx context.Context, e *env, set, out string) (s *stack.Stack, don
 	if err != nil {
 		return nil, nil, err
 	}
-	s, closeStack, err := startStackOn(ctx, e, set)
+	s, closeStack, err := startStackOn(ctx, e, set, standby)
 	if err != nil {
 		dropEmptyOut()
 		return nil, nil, err

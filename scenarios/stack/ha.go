@@ -27,8 +27,8 @@ const (
 	ReplicationAsync ReplicationMode = "async"
 )
 
-// check says what is wrong with m: nil for the two modes and for none.
-func (m ReplicationMode) check() error {
+// Check says what is wrong with m: nil for the two modes and for none.
+func (m ReplicationMode) Check() error {
 	switch m {
 	case "", ReplicationSync, ReplicationAsync:
 		return nil

@@ -162,7 +162,7 @@ func (o Options) validate() error {
 	if o.TransactionPoolSize < 1 {
 		return fmt.Errorf("transaction pool size %d is below 1", o.TransactionPoolSize)
 	}
-	if err := o.Replication.check(); err != nil {
+	if err := o.Replication.Check(); err != nil {
 		return err
 	}
 	_, err := LookupVersionSet(o.Versions)
