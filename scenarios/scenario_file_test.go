@@ -70,6 +70,8 @@ func TestParseScenarioNamesTheBadField(t *testing.T) {
 			`field "pool": no such field; valid: name, description, strategy, topology, replicas, duration, poll_interval, work, ttl, fault, unfenced, standby, expect`},
 		{"UnknownStandby", `{"strategy": "fenced", "topology": {"kind": "direct"}, "expect": "safe", "standby": "semi"}`,
 			`field "standby": replication mode "semi" is not one of "sync" and "async"`},
+		{"FailoverNeedsAStandby", `{"strategy": "fenced", "topology": {"kind": "direct"}, "expect": "safe", "fault": "PRIMARY_FAILOVER"}`,
+			`field "fault": PRIMARY_FAILOVER does not apply to strategy fenced on topology direct`},
 		{"BadDuration", `{"strategy": "fenced", "topology": {"kind": "direct"}, "expect": "safe", "duration": "5 seconds"}`,
 			`field "duration": "5 seconds" is not a duration; write nanoseconds as report.json does (5000000000) or a string such as "5s"`},
 		{"UnknownStrategy", `{"strategy": "zookeeper", "topology": {"kind": "direct"}, "expect": "safe"}`,
