@@ -112,20 +112,24 @@ func loss(h History) *Loss {
 }
 
 // tokenRegressions finds where the lease went back on its tokens: a token
-// acknowledged to a second replica (that acknowledgement regressed), and a
+// acknowledged to a second replica (that acknowledgement regressed), a
 // grant or renewal the server recorded (TokenOps) whose statement began
-// after a higher token had been acknowledged. A renewal counts: after a
-// promotion that lost a newer grant, the old holder's renewal of its
-// lower token succeeds, and the fence accepts its writes again. A token
-// is named once.
+// after a higher token had been acknowledged, and a grant it recorded of a
+// token acknowledged before its statement began. A renewal counts: after
+// a promotion that lost a newer grant, the old holder's renewal of its
+// lower token succeeds, and the fence accepts its writes again. So does a
+// grant of the lost token to the replica it was lost for: which replica
+// polls first after the promotion is a race, and the old holder's late
+// write lands before or after it, but the token was granted twice either
+// way. A token is named once.
 //
-// Neither can be a false alarm while tokens rise. A token acknowledged to
+// None can be a false alarm while tokens rise. A token acknowledged to
 // two replicas was granted twice. And a grant acknowledged (g.At) before
-// another's statement began (op.Call) was granted before it, so a higher
-// g.Token means the later grant went back; a late acknowledgement only
-// moves g.At past op.Call, and the two are then not compared. A token the
-// server granted again to a replica that never acknowledged it is not
-// counted: nobody held it twice.
+// another statement began (op.Call) was granted before it, so a higher
+// g.Token means the later statement went back, and an equal one granted
+// it again; a late acknowledgement only moves g.At past op.Call, and the
+// two are then not compared. (A renewal of the acknowledged token itself
+// is its holder keeping it.)
 func tokenRegressions(h History) []TokenRegression {
 	grants := sortedGrants(h.Grants)
 	first := map[int64]Grant{}
@@ -149,14 +153,27 @@ func tokenRegressions(h History) []TokenRegression {
 			continue
 		}
 		for _, g := range grants {
-			// Caught by TestTokenRegressions/AGrantBelowAnAcknowledgedTokenIsARegression,
-			// /AGrantWhoseStatementBeganBeforeTheAckIsNone and
-			// /AGrantOfTheSameTokenIsNotBelowIt.
-			if g.At.Before(op.Call) && g.Token > op.Token {
-				out = append(out, TokenRegression{Grant: Grant{Replica: op.Replica, Token: op.Token, At: op.Call}, Earlier: g, Why: RegressionBelow})
-				named[op.Token] = true
-				break
+			// Caught by TestTokenRegressions/AGrantWhoseStatementBeganBeforeTheAckIsNone.
+			if !g.At.Before(op.Call) {
+				continue
 			}
+			// No switch: gremlins leaves a case's condition unmutated.
+			// Caught by TestTokenRegressions/AGrantBelowAnAcknowledgedTokenIsARegression
+			// and /ARenewalOfTheAcknowledgedTokenIsNone.
+			why := RegressionBelow
+			if g.Token <= op.Token {
+				// The server granted an acknowledged token again, to
+				// whichever replica. Caught by
+				// TestTokenRegressions/AnAcknowledgedTokenGrantedAgainToItsReplica
+				// and /ARenewalOfTheAcknowledgedTokenIsNone.
+				if g.Token < op.Token || op.Kind != TokenGrant {
+					continue
+				}
+				why = RegressionReissued
+			}
+			out = append(out, TokenRegression{Grant: Grant{Replica: op.Replica, Token: op.Token, At: op.Call}, Earlier: g, Why: why})
+			named[op.Token] = true
+			break
 		}
 	}
 	return out
@@ -212,10 +229,13 @@ func reruns(acks []Ack, runs []JobRun) []Rerun {
 
 // lostGrants are the grants the replicas acknowledged that the server's
 // record (TokenOps) lacks: granted on a primary whose last commits a
-// failover lost. The fence check adds them, as grants somewhere between
-// the run's start and their acknowledgement, only when h was read back
-// after a failover (h.Survivors); otherwise every grant is on the server
-// that recorded it.
+// failover lost. A grant the record has is one whose statement began
+// before the acknowledgement: the new primary may grant the same token
+// to the same replica again after the failover, and that later grant
+// does not stand for the lost one. The fence check adds them, as grants
+// somewhere between the run's start and their acknowledgement, only when
+// h was read back after a failover (h.Survivors); otherwise every grant
+// is on the server that recorded it.
 func lostGrants(h History) []Grant {
 	if h.Survivors == nil {
 		return nil
@@ -224,18 +244,28 @@ func lostGrants(h History) []Grant {
 		replica string
 		token   int64
 	}
-	recorded := map[key]bool{}
+	began := map[key][]time.Time{}
 	for _, op := range h.TokenOps {
 		if op.Kind == TokenGrant {
-			recorded[key{op.Replica, op.Token}] = true
+			k := key{op.Replica, op.Token}
+			began[k] = append(began[k], op.Call)
 		}
+	}
+	recorded := func(k key, ack time.Time) bool {
+		for _, call := range began[k] {
+			// Caught by TestFenceCheckAcrossALossyFailover/ALostGrantGrantedAgainToItsReplica.
+			if call.Before(ack) {
+				return true
+			}
+		}
+		return false
 	}
 	var out []Grant
 	for _, g := range h.Grants {
 		// A token table without a holder column (lease.Advisory's)
 		// records grants without a replica. Caught by
 		// TestFenceCheckAcrossALossyFailover/AnAdvisoryTokenTableNamesNoHolder.
-		if !recorded[key{g.Replica, g.Token}] && !recorded[key{"", g.Token}] {
+		if !recorded(key{g.Replica, g.Token}, g.At) && !recorded(key{"", g.Token}, g.At) {
 			out = append(out, g)
 		}
 	}

@@ -33,9 +33,9 @@ func TestTokenRegressions(t *testing.T) {
 			want:   []TokenRegression{{Grant: grant("b", 2, 60), Earlier: grant("a", 2, 30), Why: RegressionReissued}}},
 		{name: "AGrantAcknowledgedTwiceToOneReplicaIsNone",
 			grants: []Grant{grant("a", 2, 30), grant("a", 2, 60)}},
-		// Two grants were lost (2 and 3); the new primary's 2 is below 3.
+		// A grant of 3 was lost; the new primary's 2 is below it.
 		{name: "AGrantBelowAnAcknowledgedTokenIsARegression",
-			grants: []Grant{grant("a", 2, 10), grant("a", 3, 30)},
+			grants: []Grant{grant("a", 3, 30)},
 			ops:    []TokenOp{grantOp("b", 2, 50, 55)},
 			want:   []TokenRegression{{Grant: Grant{Replica: "b", Token: 2, At: at(50)}, Earlier: grant("a", 3, 30), Why: RegressionBelow}}},
 		// A late acknowledgement of the higher token proves nothing.
@@ -45,9 +45,15 @@ func TestTokenRegressions(t *testing.T) {
 		{name: "AGrantWhoseStatementBeganAtTheAckIsNone",
 			grants: []Grant{grant("a", 3, 30)},
 			ops:    []TokenOp{grantOp("b", 2, 30, 35)}},
-		{name: "AGrantOfTheSameTokenIsNotBelowIt",
-			grants: []Grant{grant("a", 2, 10)},
-			ops:    []TokenOp{grantOp("b", 2, 50, 55)}},
+		// The lossy promotion again, where the replica the grant was
+		// lost for polls first: the server grants it 2 again.
+		{name: "AnAcknowledgedTokenGrantedAgainToItsReplica",
+			grants: []Grant{grant("a", 1, 10), grant("b", 2, 30)},
+			ops:    []TokenOp{grantOp("a", 1, 0, 5), grantOp("b", 2, 50, 55)},
+			want:   []TokenRegression{{Grant: Grant{Replica: "b", Token: 2, At: at(50)}, Earlier: grant("b", 2, 30), Why: RegressionReissued}}},
+		{name: "ARenewalOfTheAcknowledgedTokenIsNone",
+			grants: []Grant{grant("b", 2, 30)},
+			ops:    []TokenOp{grantOp("b", 2, 20, 25), renewOp("b", 2, 50, 55)}},
 		// The old holder's renewal of 2 after b's lost grant of 3.
 		{name: "ARenewalBelowAnAcknowledgedTokenIsARegression",
 			grants: []Grant{grant("a", 2, 10), grant("b", 3, 30)},
@@ -163,6 +169,22 @@ func TestFenceCheckAcrossALossyFailover(t *testing.T) {
 			Grants:   []Grant{grant("a", 1, 10), grant("b", 2, 80)},
 			TokenOps: []TokenOp{grantOp("", 1, 0, 5), grantOp("", 2, 70, 75)},
 			Writes:   []Write{fencedWrite("a", 1, 20, 25, true), fencedWrite("a", 1, 90, 95, false)},
+		}},
+		// The run above, as the runner saw it: b's grant of 2 was lost,
+		// a's late write under 1 was accepted on the new primary, and
+		// then the new primary granted 2 to b again. That second grant
+		// does not stand for the first.
+		{name: "ALostGrantGrantedAgainToItsReplica", survivors: true, want: LinearizableNo, h: History{
+			Grants:   []Grant{grant("a", 1, 10), grant("b", 2, 30)},
+			TokenOps: []TokenOp{grantOp("a", 1, 0, 5), grantOp("b", 2, 120, 125)},
+			Writes:   []Write{fencedWrite("a", 1, 90, 95, true), fencedWrite("b", 2, 130, 135, true)},
+		}},
+		// Its grant's statement began before the acknowledgement: the
+		// record has it.
+		{name: "AGrantRecordedBeforeItsAck", survivors: true, want: LinearizableYes, h: History{
+			Grants:   []Grant{grant("a", 1, 10), grant("b", 2, 30)},
+			TokenOps: []TokenOp{grantOp("a", 1, 0, 5), grantOp("b", 2, 20, 25)},
+			Writes:   []Write{fencedWrite("a", 1, 6, 8, true), fencedWrite("b", 2, 40, 45, true)},
 		}},
 		// A renewal on the server is no record of a grant.
 		{name: "ARenewalDoesNotStandForALostGrant", survivors: true, want: LinearizableNo, h: History{
