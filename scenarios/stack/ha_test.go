@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -287,16 +288,26 @@ func TestKillInAsyncModeLosesWhatTheStandbyNeverReceived(t *testing.T) {
 				children = childrenOf(p.cmd.Process.Pid)
 				require.NotEmpty(t, children)
 			}
+			victim, err := connectOnce(ctx, primary)
+			require.NoError(t, err)
+			defer victim.Close(context.Background())
 			require.NoError(t, s.KillPrimary(ctx))
 			for _, c := range children {
 				st, err := procState(c)
 				require.True(t, err != nil || st == 'Z', "process %d of the killed primary is gone (state %c)", c, st)
 			}
+			// Its backend died with it, without a word: a backend that
+			// outlived its postmaster would say "terminating connection
+			// due to unexpected postmaster exit" (57P01) first.
+			_, err = victim.Exec(ctx, "SELECT 1")
+			require.Error(t, err)
+			var pgErr *pgconn.PgError
+			require.False(t, errors.As(err, &pgErr), "the killed primary's backend answered: %v", err)
 			require.NoError(t, s.Promote(ctx))
 			require.NoError(t, s.Repoint(ctx))
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			_, err := s.WaitPrimary(wctx, s.Transaction().DSN)
+			_, err = s.WaitPrimary(wctx, s.Transaction().DSN)
 			require.NoError(t, err)
 			require.Equal(t, []int{1, 2}, haInts(t, s.Postgres().DSN, "SELECT i FROM acked ORDER BY i"),
 				"2 was received while replay was paused and survives; 3 never reached the standby and is lost")
