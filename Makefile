@@ -24,7 +24,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 30m -p 2 -vet=off -ldflags=-w
 # is tested once however often it is named.
 TEST_FIRST ?= ./scenarios/stack ./scenarios ./cmd/doublerun ./chaos ./worker ./lease
 
-.PHONY: all build test test-stack bench images stack lint repro-556 mutation mutation-ci mutation-guards chaos failover repro-backend-loss repro-paused-holder
+.PHONY: all build test test-stack bench images stack lint repro-556 repro-failover mutation mutation-ci mutation-guards chaos failover repro-backend-loss repro-paused-holder
 
 all: lint build test
 
@@ -110,6 +110,13 @@ REPRO_VERSIONS ?=
 ## reproduction".
 repro-556:
 	$(GO) run ./cmd/doublerun repro 556 --out reports/repro-556 --versions "$(REPRO_VERSIONS)"
+
+## repro-failover: reproduce issue 32 (the fenced lease's token goes back
+## across a promotion that lost its last grants) on a stack with an
+## asynchronous standby, and check the epoch fence holds; exits 0 only on
+## "Successful reproduction".
+repro-failover:
+	$(GO) run ./cmd/doublerun repro failover --out reports/repro-failover --versions "$(REPRO_VERSIONS)"
 
 ## mutation-ci: the gate of every submission (.ci/run runs it): gremlins on
 ## the lines changed since testdata/mutation/record.json's base and on one

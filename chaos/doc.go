@@ -89,6 +89,9 @@
 //	PGBOUNCER_RESTART         -                      -                      -                      -
 //	POSTGRES_RESTART          fenced                 fenced                 fenced                 fenced
 //	GRACEFUL_HANDOVER         safe                   safe                   safe                   safe
+//	PRIMARY_FAILOVER          -                      -                      -                      -
+//	PRIMARY_FAILOVER_LOSSY    -                      -                      -                      -
+//	SWITCHOVER                -                      -                      -                      -
 //	SESSION                   advisory               advisory-unguarded     advisory-wait          fenced
 //	none                      safe                   safe                   safe                   safe
 //	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
@@ -102,6 +105,9 @@
 //	PGBOUNCER_RESTART         fenced                 fenced                 fenced                 safe
 //	POSTGRES_RESTART          fenced                 fenced                 fenced                 fenced
 //	GRACEFUL_HANDOVER         safe                   safe                   safe                   safe
+//	PRIMARY_FAILOVER          -                      -                      -                      -
+//	PRIMARY_FAILOVER_LOSSY    -                      -                      -                      -
+//	SWITCHOVER                -                      -                      -                      -
 //	TRANSACTION               advisory               advisory-unguarded     advisory-wait          fenced
 //	none                      reproduces             reproduces             refused                safe
 //	TERMINATE_LEADER_BACKEND  reproduces             reproduces             refused                -
@@ -115,6 +121,9 @@
 //	PGBOUNCER_RESTART         reproduces             reproduces             refused                safe
 //	POSTGRES_RESTART          reproduces             reproduces             refused                fenced
 //	GRACEFUL_HANDOVER         reproduces             reproduces             refused                safe
+//	PRIMARY_FAILOVER          -                      -                      refused                -
+//	PRIMARY_FAILOVER_LOSSY    -                      -                      refused                -
+//	SWITCHOVER                -                      -                      refused                -
 //	TRANSACTION-POOL2         advisory               advisory-unguarded     advisory-wait          fenced
 //	none                      reproduces-or-orphans  reproduces-or-orphans  refused                safe
 //	TERMINATE_LEADER_BACKEND  reproduces-or-orphans  reproduces-or-orphans  refused                -
@@ -128,6 +137,9 @@
 //	PGBOUNCER_RESTART         reproduces-or-orphans  reproduces-or-orphans  refused                safe
 //	POSTGRES_RESTART          reproduces-or-orphans  reproduces-or-orphans  refused                fenced
 //	GRACEFUL_HANDOVER         reproduces-or-orphans  reproduces-or-orphans  refused                safe
+//	PRIMARY_FAILOVER          -                      -                      refused                -
+//	PRIMARY_FAILOVER_LOSSY    -                      -                      refused                -
+//	SWITCHOVER                -                      -                      refused                -
 //	TRANSACTION-POOL4         advisory               advisory-unguarded     advisory-wait          fenced
 //	none                      reproduces-or-orphans  reproduces-or-orphans  refused                safe
 //	TERMINATE_LEADER_BACKEND  reproduces-or-orphans  reproduces-or-orphans  refused                -
@@ -141,6 +153,9 @@
 //	PGBOUNCER_RESTART         reproduces-or-orphans  reproduces-or-orphans  refused                safe
 //	POSTGRES_RESTART          reproduces-or-orphans  reproduces-or-orphans  refused                fenced
 //	GRACEFUL_HANDOVER         reproduces-or-orphans  reproduces-or-orphans  refused                safe
+//	PRIMARY_FAILOVER          -                      -                      refused                -
+//	PRIMARY_FAILOVER_LOSSY    -                      -                      refused                -
+//	SWITCHOVER                -                      -                      refused                -
 //	PINNED                    advisory               advisory-unguarded     advisory-wait          fenced
 //	none                      safe                   safe                   safe                   safe
 //	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
@@ -154,6 +169,9 @@
 //	PGBOUNCER_RESTART         fenced                 fenced                 fenced                 safe
 //	POSTGRES_RESTART          fenced                 fenced                 fenced                 fenced
 //	GRACEFUL_HANDOVER         safe                   safe                   safe                   safe
+//	PRIMARY_FAILOVER          -                      -                      -                      -
+//	PRIMARY_FAILOVER_LOSSY    -                      -                      -                      -
+//	SWITCHOVER                -                      -                      -                      -
 //	ALIAS                     advisory               advisory-unguarded     advisory-wait          fenced
 //	none                      safe                   safe                   safe                   safe
 //	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
@@ -167,6 +185,9 @@
 //	PGBOUNCER_RESTART         fenced                 fenced                 fenced                 safe
 //	POSTGRES_RESTART          fenced                 fenced                 fenced                 fenced
 //	GRACEFUL_HANDOVER         safe                   safe                   safe                   safe
+//	PRIMARY_FAILOVER          -                      -                      -                      -
+//	PRIMARY_FAILOVER_LOSSY    -                      -                      -                      -
+//	SWITCHOVER                -                      -                      -                      -
 //
 // # Adding a fault
 //

@@ -460,5 +460,5 @@ func (a *Advisory) reset(ctx context.Context) {
 // lock it takes makes the check hold until tx ends: a grant that comes
 // later waits for tx.
 func (a *Advisory) Fence(ctx context.Context, tx pgx.Tx, term Term) error {
-	return fence(ctx, tx, a.tokens, a.cfg.Name, term)
+	return fence(ctx, tx, a.tokens, a.cfg.Name, term, false)
 }

@@ -219,13 +219,22 @@ func createTable(ctx context.Context, db Execer, ddl string) error {
 // fenced write never holds up its own leader's renewal. The lock is caught
 // by TestFenced/FenceHoldsOffANewGrantUntilTheWriteCommits, its strength
 // by TestFenced/FenceDoesNotHoldUpTheLeadersRenewal.
-func fence(ctx context.Context, tx pgx.Tx, table, name string, term Term) error {
+//
+// With epoch (FencedConfig.Epoch) the same statement reads the first token
+// of the server's timeline, and a term below it, granted on an earlier
+// timeline, is stale too.
+func fence(ctx context.Context, tx pgx.Tx, table, name string, term Term, epoch bool) error {
 	// Caught by TestAdvisory/FenceRejectsAStaleTerm.
 	if term.Name != name {
 		return fmt.Errorf("lease: fence: term of lease %q checked against lease %q; fence with the lease that granted the term", term.Name, name)
 	}
-	var newest int64
-	err := tx.QueryRow(ctx, "SELECT token FROM "+table+" WHERE name = $1 FOR KEY SHARE", name).Scan(&newest)
+	// first stays 0 without epoch, and no token is below it.
+	var newest, first int64
+	cols, dst := "token", []any{&newest}
+	if epoch {
+		cols, dst = "token, "+epochFirstSQL, append(dst, &first)
+	}
+	err := tx.QueryRow(ctx, "SELECT "+cols+" FROM "+table+" WHERE name = $1 FOR KEY SHARE", name).Scan(dst...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: lease %q has never been granted, term has token %d", ErrStaleToken, name, term.Token)
 	}
@@ -236,6 +245,10 @@ func fence(ctx context.Context, tx pgx.Tx, table, name string, term Term) error 
 	// TestAdvisory/FenceRejectsAStaleTerm.
 	if newest != term.Token {
 		return fmt.Errorf("%w: lease %q term has token %d, newest granted is %d", ErrStaleToken, name, term.Token, newest)
+	}
+	// Caught by TestFencedEpochAcrossALossyFailover.
+	if term.Token < first {
+		return fmt.Errorf("%w: lease %q term has token %d, of a timeline before the server's (whose first token is %d): a promotion came after its grant; its holder's next renewal moves it", ErrStaleToken, name, term.Token, first)
 	}
 	return nil
 }

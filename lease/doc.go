@@ -310,4 +310,50 @@
 // [Advisory] takes its token from a table of tokens (TokenTable) right
 // after the lock is granted, so its writes can be fenced the same way;
 // behind a transaction pool that is what tells #556's two leaders apart.
+//
+// # Fencing across a failover
+//
+// "Tokens never go back" holds on one server. When an asynchronous
+// standby is promoted after its primary died, the commits it had not
+// received are gone, the token table's last grants among them, and the
+// new primary grants those tokens again: the replica they were first
+// granted to still holds one, trusts it until its deadline, and its
+// fenced writes pass the fence beside the new leader's, since both hold
+// the newest token. TestFencedEpochAcrossALossyFailover shows it on a
+// real primary and standby.
+//
+// [FencedConfig.Epoch] closes it. Every promotion starts a new timeline,
+// which is the first 8 hex digits of the name of the WAL file a server
+// writes (pg_walfile_name(pg_current_wal_lsn())), and the lease keeps
+// every token on the timeline it was granted on, in its high 32 bits:
+//
+//	timeline 1   1<<32|1, 1<<32|2, 1<<32|3 (lost with the promotion)
+//	timeline 2   2<<32|1, 2<<32|2, ...     above every token of timeline 1
+//
+// Three statements carry it:
+//
+//   - A grant gives at least timeline << 32 | 1, so the first grant on a
+//     new timeline is above every token an earlier one granted, lost ones
+//     included, as long as a timeline grants fewer than 2^32.
+//   - The fence refuses a term of an earlier timeline than the server's,
+//     even when its token is the newest there: after a lossy promotion the
+//     new primary's newest token can be one that a later, lost grant had
+//     superseded, and its holder, paused through the failover, would
+//     otherwise write beside the holder of the lost grant.
+//   - A renewal moves a term of an earlier timeline to the server's (its
+//     token becomes timeline << 32 | 1, which no grant there has given
+//     out while the row still holds the old token), so a leader that
+//     lived through a promotion writes again after its next poll.
+//
+// TestFencedEpochAcrossALossyFailover shows all three on a real primary
+// and standby. What it does not cover: two primaries at once (a standby
+// promoted while the old primary still takes writes), whose timelines can
+// be equal; that is the HA system's fencing to prevent.
+//
+// It is an option rather than the default because it changes what
+// tokens look like (above 2^32 from the first grant) and needs a server
+// that names its WAL files to every user, which some managed services
+// do not; its cost is one function call in each grant, renewal and
+// fenced write, and a follower's poll, which grants nothing, does not
+// make it (BenchmarkFencedGrant).
 package lease

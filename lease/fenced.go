@@ -64,6 +64,16 @@ type FencedConfig struct {
 	// a replica whose connections take longer than TTL - Margin to open
 	// (a loaded host, slow authentication) still becomes leader.
 	ConnectTimeout time.Duration
+	// Epoch puts the server's timeline in every token's high 32 bits, so
+	// that tokens keep rising across a promotion that lost the last grants
+	// (an asynchronous standby promoted after its primary died). Without
+	// it such a promotion can grant a token again that a live old leader
+	// still holds, and both pass the fence. A grant then reads the name of
+	// the WAL file the server writes, whose first 8 hex digits are the
+	// timeline; a server that cannot name it (pg_walfile_name) fails every
+	// grant. Tokens are above 2^32 with it. See "Fencing across a
+	// failover" in the package documentation.
+	Epoch bool
 	// Logger receives state changes and faults; default discards.
 	Logger *slog.Logger
 }
@@ -115,6 +125,46 @@ ON CONFLICT (name) DO UPDATE
 SET holder = excluded.holder, token = l.token + 1, granted_at = excluded.granted_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
 WHERE l.expires_at <= clock_timestamp()
 RETURNING token`
+	// The grant of an Epoch lease: a token of at least timeline << 32 | 1
+	// (epochFirstSQL), so the first grant on a new timeline is above
+	// every token an earlier timeline granted (fewer than 2^32 a
+	// timeline). Otherwise the grant above, in words of its own, so that
+	// each clause has one guard: the timeline is read once, in the one-row
+	// FROM, and only when the NOT EXISTS lets the row through, so a
+	// follower's poll costs what it did. Caught by
+	// TestFencedEpochAcrossALossyFailover,
+	// TestFencedEpoch/FirstGrantIsOnTheServersTimeline and
+	// TestFencedEpoch/OnlyOneOfTwoRacingGrantsWins.
+	fencedEpochGrantSQL = `INSERT INTO %[1]s AS l (name, holder, token, granted_at, renewed_at, expires_at)
+SELECT $1::text, $2::text, e.first, clock_timestamp(), clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond'
+FROM (SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint << 32) + 1 AS first) e
+WHERE NOT EXISTS (SELECT 1 FROM %[1]s AS held WHERE held.name = $1::text AND held.expires_at > clock_timestamp())
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, token = greatest(l.token + 1, excluded.token), granted_at = excluded.granted_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
+WHERE clock_timestamp() >= l.expires_at
+RETURNING token`
+	// The renewal of an Epoch lease renews the exact term, as above, and
+	// moves a term granted on an earlier timeline to the server's: its
+	// token becomes timeline << 32 | 1, which no grant on this timeline
+	// has given out (the row would have that token, and the holder's term
+	// would not match). Fence refuses a term of an earlier timeline, so
+	// after a promotion the leader writes again once its renewal has
+	// moved it. The token changes, a key column, so that one renewal
+	// waits for the fenced writes open on the row. Caught by
+	// TestFencedEpochAcrossALossyFailover and
+	// TestFencedEpoch/RenewsOnlyItsExactTerm.
+	fencedEpochRenewSQL = `UPDATE %[1]s AS l SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond',
+token = greatest(l.token, e.first)
+FROM (SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint << 32) + 1 AS first) e
+WHERE l.name = $1 AND l.holder = $2 AND l.token = $3
+RETURNING l.token`
+	// epochFirstSQL is the first token of the server's timeline,
+	// timeline << 32 | 1. The timeline is the first 8 hex digits of the
+	// name of the WAL file the server writes, which every promotion
+	// raises. The two statements above spell it out, since the mutation
+	// gate mutates a + between constants that no test can run
+	// (TestFencedEpoch/PicksTheEpochGrant holds them to this one).
+	epochFirstSQL = `(('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint << 32) + 1`
 	// Expire the exact term now, so the next poll of any replica takes it.
 	// Caught by TestFenced/ReleaseHandsOverAtOnce and
 	// TestFenced/ReleaseOfAStaleTermLeavesTheNewHolderAlone.
@@ -273,13 +323,17 @@ func newFenced(cfg FencedConfig) (*Fenced, error) {
 	}
 	connCfg.DefaultQueryExecMode = cfg.ExecMode
 	table, _ := quoteTable(cfg.Table) // validated above
+	grant, renew := fencedGrantSQL, fencedRenewSQL
+	if cfg.Epoch {
+		grant, renew = fencedEpochGrantSQL, fencedEpochRenewSQL
+	}
 	f := &Fenced{
 		cfg:         cfg,
 		connCfg:     connCfg,
 		log:         cfg.Logger.With("lease", cfg.Name, "holder", cfg.Holder),
 		table:       table,
-		renew:       fmt.Sprintf(fencedRenewSQL, table),
-		grant:       fmt.Sprintf(fencedGrantSQL, table),
+		renew:       fmt.Sprintf(renew, table),
+		grant:       fmt.Sprintf(grant, table),
 		release:     fmt.Sprintf(fencedReleaseSQL, table),
 		termLeftSQL: fmt.Sprintf(fencedTermLeftSQL, table),
 		now:         time.Now,
@@ -487,6 +541,12 @@ func (f *Fenced) Close(ctx context.Context) error {
 // passed the fence commits before any newer leader exists. It does not
 // check expiry: a term that expired but was not granted again is still
 // the newest, and its writes are still safe.
+//
+// With Epoch it also refuses a term granted on an earlier timeline than
+// the server's, even while its token is the newest: the term's holder
+// trusted it across a promotion that may have lost what came after it,
+// and writes again once its next renewal has moved the term to the
+// server's timeline.
 func (f *Fenced) Fence(ctx context.Context, tx pgx.Tx, term Term) error {
-	return fence(ctx, tx, f.table, f.cfg.Name, term)
+	return fence(ctx, tx, f.table, f.cfg.Name, term, f.cfg.Epoch)
 }

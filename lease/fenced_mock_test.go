@@ -298,7 +298,7 @@ func TestFenceWithoutServer(t *testing.T) {
 			if tt.answer != nil {
 				tt.answer(c.ExpectQuery(query).WithArgs(name))
 			}
-			err := fence(mockCtx(t), scriptedTx{c: c}, table, name, tt.term)
+			err := fence(mockCtx(t), scriptedTx{c: c}, table, name, tt.term, false)
 			require.NoError(t, c.met())
 			switch {
 			case tt.text == "":
@@ -310,6 +310,39 @@ func TestFenceWithoutServer(t *testing.T) {
 				require.ErrorContains(t, err, tt.text)
 				require.NotErrorIs(t, err, ErrStaleToken)
 			}
+		})
+	}
+}
+
+// TestEpochFenceWithoutServer covers the epoch fence's verdicts on the
+// newest token and the first token of the server's timeline, which the
+// same statement reads.
+func TestEpochFenceWithoutServer(t *testing.T) {
+	// Not parallel: see TestFenceWithoutServer.
+	const table, name = `"doublerun_leases"`, "doublerun"
+	query := "SELECT token, " + epochFirstSQL + " FROM " + table + " WHERE name = $1 FOR KEY SHARE"
+	const tl2 = int64(2)<<32 | 1
+	for _, tt := range []struct {
+		name          string
+		token, newest int64
+		stale         string // in the error; empty: it passes
+	}{
+		{"TheServersTimelinesFirstTokenPasses", tl2, tl2, ""},
+		{"ALaterTokenOfItPasses", tl2 + 4, tl2 + 4, ""},
+		{"ANewestTokenOfAnEarlierTimelineIsStale", tl2 - 1<<32, tl2 - 1<<32, "of a timeline before the server's (whose first token is 8589934593)"},
+		{"AnOlderTokenIsStaleFirst", tl2, tl2 + 1, "newest granted is 8589934594"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &scriptedConn{}
+			c.ExpectQuery(query).WithArgs(name).WillReturnRow(tt.newest, tl2)
+			err := fence(mockCtx(t), scriptedTx{c: c}, table, name, Term{Name: name, Holder: "a", Token: tt.token}, true)
+			require.NoError(t, c.met())
+			if tt.stale == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrStaleToken)
+			require.ErrorContains(t, err, tt.stale)
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/doublerun/doublerun/scenarios/fault"
@@ -136,13 +137,19 @@ type run struct {
 	exe   string
 	began time.Time
 
-	dir        string // the replicas' logs
-	tempDir    bool
-	db         string
-	direct     stack.Endpoint
-	leaseEP    stack.Endpoint
-	workEP     stack.Endpoint
-	conn       *pgxpool.Pool // direct, to the run's database; reconnects after a Postgres restart
+	dir     string // the replicas' logs
+	tempDir bool
+	db      string
+	direct  stack.Endpoint
+	leaseEP stack.Endpoint
+	workEP  stack.Endpoint
+	conn    *pgxpool.Pool // direct, to the run's database on the oracle's server; reconnects after a Postgres restart
+	// oracleEP is where conn and the replicas' oracle connections go: the
+	// stack's Postgres, or on a stack with a standby its third server.
+	oracleEP stack.Endpoint
+	// pair reaches the run's database on the server the lease and the
+	// work use (direct): conn itself, unless the stack has a standby.
+	pair       *pgxpool.Pool
 	leaseCheck string
 	lockWatch  *lockWatch
 	toxics     *toxiproxy.ApiServer
@@ -239,7 +246,7 @@ func (r *run) finish(ctx context.Context, start time.Time) (*Report, error) {
 	// The last sample comes after every replica stopped, so a lock they
 	// left behind shows (oracle.Orphaned.LeftHeld).
 	locks := r.lockWatch.stop(ctx)
-	h, err := oracle.Load(ctx, r.conn, start, end)
+	h, err := r.load(ctx, start, end)
 	if err != nil {
 		return nil, err
 	}
@@ -415,4 +422,27 @@ func (r *run) cleanup() {
 	if r.tempDir {
 		_ = os.RemoveAll(r.dir)
 	}
+}
+
+// load reads the run between start and end back from the oracle, and on
+// a stack with a standby also from the pair's primary, which after a
+// failover is the promoted standby (oracle.LoadFailover). The pair's pool
+// may still hold connections to the server a failover took, so that read
+// is on a fresh connection through the stack's address, once it leads to
+// a primary.
+func (r *run) load(ctx context.Context, start, end time.Time) (oracle.History, error) {
+	if r.sc.Standby == "" {
+		return oracle.Load(ctx, r.conn, start, end)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := r.opts.Stack.WaitPrimary(wctx, r.direct.DSN); err != nil {
+		return oracle.History{}, fmt.Errorf("read the pair's primary back: %w", err)
+	}
+	pair, err := pgx.Connect(ctx, r.direct.DSN)
+	if err != nil {
+		return oracle.History{}, fmt.Errorf("read the pair's primary back: %w", err)
+	}
+	defer pair.Close(context.WithoutCancel(ctx))
+	return oracle.LoadFailover(ctx, r.conn, pair, start, end)
 }

@@ -37,7 +37,11 @@ const orphanTolerance = 5 * lockWatchInterval
 // sees changes, and the last one before each change, so the oracle's
 // stretches end where they were last seen (oracle.LockSample).
 type lockWatch struct {
+	// conn reaches the server the lease's lock is on; oracle the oracle's
+	// tables, where a lease names its lock in a claim. They are one
+	// server unless the stack has a standby.
 	conn     *pgxpool.Pool
+	oracle   *pgxpool.Pool
 	adminDSN string // empty on a direct lease endpoint
 	log      *slog.Logger
 
@@ -60,7 +64,7 @@ type lockWatch struct {
 // no samples.
 func (r *run) watchLock(ctx context.Context) {
 	st, _ := strategy.Lookup(r.sc.Strategy)
-	w := &lockWatch{conn: r.conn, log: r.log, lock: st.AdvisoryLock}
+	w := &lockWatch{conn: r.pair, oracle: r.conn, log: r.log, lock: st.AdvisoryLock}
 	if !r.leaseEP.Direct() {
 		w.adminDSN = r.leaseEP.AdminDSN
 	}
@@ -124,7 +128,7 @@ func (w *lockWatch) backends() []oracle.Backend {
 // A sample that cannot be taken (Postgres restarting) is skipped.
 func (w *lockWatch) sample(ctx context.Context) {
 	if w.lock == nil {
-		k1, k2, ok, err := oracle.ClaimedLock(ctx, w.conn)
+		k1, k2, ok, err := oracle.ClaimedLock(ctx, w.oracle)
 		if err != nil || !ok {
 			return
 		}

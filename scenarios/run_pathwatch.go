@@ -60,7 +60,7 @@ func pathKey(b oracle.Backend) string {
 }
 
 func newPathWatch(r *run) *pathWatch {
-	p := &pathWatch{conn: r.conn, apps: map[string]string{}, admins: map[string]*pgbouncer.Admin{},
+	p := &pathWatch{conn: r.pair, apps: map[string]string{}, admins: map[string]*pgbouncer.Admin{},
 		settled: map[string]bool{}, tries: map[string]int{}, pending: map[string]oracle.Backend{}}
 	for i := range r.sc.Replicas {
 		id := fmt.Sprintf("r%d", i+1)

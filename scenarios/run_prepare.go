@@ -35,6 +35,10 @@ func (r *run) prepare(ctx context.Context) error {
 		r.defer_(func() { _ = s.DropDatabase(context.Background(), r.db) })
 	}
 	r.direct = s.Postgres().WithDatabase(r.db)
+	r.oracleEP = s.Oracle().WithDatabase(r.db)
+	if err := r.checkStandby(ctx); err != nil {
+		return err
+	}
 	if err := r.endpoints(ctx); err != nil {
 		return err
 	}
@@ -138,21 +142,26 @@ func (r *run) aliasEndpoints(ctx context.Context) error {
 	return nil
 }
 
-// connectOracle opens the runner's direct pool to the run's database and
-// creates the oracle's tables and the strategy's there.
+// connectOracle opens the runner's direct pool to the run's database on
+// the oracle's server and creates the oracle's tables there, and the
+// strategy's where the lease is. On a stack with a standby those are two
+// servers: the pair also gets the oracle's tables, for the side-effect
+// writes and the token table's record, which a failover acts on.
 func (r *run) connectOracle(ctx context.Context) error {
-	pcfg, err := pgxpool.ParseConfig(r.direct.DSN)
-	if err != nil {
+	var err error
+	if r.conn, err = r.pool(ctx, r.oracleEP.DSN); err != nil {
 		return err
 	}
-	pcfg.MaxConns = 4
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "doublerun-runner"
-	r.conn, err = pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return err
+	r.pair = r.conn
+	if r.sc.Standby != "" {
+		if r.pair, err = r.pool(ctx, r.direct.DSN); err != nil {
+			return err
+		}
+		if err := r.conn.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return oracle.Migrate(ctx, c.Conn()) }); err != nil {
+			return err
+		}
 	}
-	r.defer_(r.conn.Close)
-	return r.conn.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+	return r.pair.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
 		if err := oracle.Migrate(ctx, c.Conn()); err != nil {
 			return err
 		}
@@ -168,4 +177,45 @@ func (r *run) connectOracle(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// pool opens a pool of the runner's to dsn, closed when the run ends.
+func (r *run) pool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "doublerun-runner"
+	p, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	r.defer_(p.Close)
+	return p, nil
+}
+
+// checkStandby checks that the stack has the standby the scenario asks
+// for, or none when it asks for none, and rebuilds the standby when an
+// earlier run's failover left the pair without one.
+func (r *run) checkStandby(ctx context.Context) error {
+	s := r.opts.Stack
+	rep, ok := s.Replication()
+	switch {
+	case r.sc.Standby == "" && !ok:
+		return nil
+	case r.sc.Standby == "":
+		return fmt.Errorf("scenario %s asks for one Postgres, and the stack has a %s standby; run it on a stack without (stack.Options.Replication empty)", r.sc.Name, rep.Mode)
+	case !ok:
+		return fmt.Errorf("scenario %s needs a stack with a %s standby, and this one has none; start it with stack.Options.Replication %q", r.sc.Name, r.sc.Standby, r.sc.Standby)
+	case rep.Mode != r.sc.Standby:
+		return fmt.Errorf("scenario %s needs a %s standby, and the stack's is %s; start one with stack.Options.Replication %q", r.sc.Name, r.sc.Standby, rep.Mode, r.sc.Standby)
+	}
+	for _, n := range rep.Nodes {
+		if n.Role == stack.RoleStandby {
+			return nil
+		}
+	}
+	r.log.Info("rebuilding the standby an earlier failover took", "scenario", r.sc.Name)
+	return s.RebuildStandby(ctx)
 }

@@ -72,11 +72,12 @@ func (r *run) startReplicas(ctx context.Context) error {
 			LeaseName:    "doublerun-" + r.sc.Name,
 			LeaseDSN:     leaseDSN,
 			WorkDSN:      workDSN,
-			OracleDSN:    r.direct.DSN,
+			OracleDSN:    r.oracleEP.DSN,
 			PollInterval: r.sc.PollInterval,
 			Work:         r.sc.Work,
 			TTL:          r.sc.TTL,
 			Unfenced:     r.sc.Unfenced,
+			Acks:         r.sc.Standby != "",
 		}
 		start := r.startReplica
 		if r.sc.Replica != nil {

@@ -60,8 +60,16 @@ type Scenario struct {
 	Fault string `json:"fault"`
 	// Unfenced makes the side-effect writes skip the fence, to show what
 	// the fence prevents.
-	Unfenced bool        `json:"unfenced,omitempty"`
-	Expect   Expectation `json:"expect"`
+	Unfenced bool `json:"unfenced,omitempty"`
+	// Standby runs the scenario on a stack with a streaming standby in
+	// this mode (stack.ReplicationSync or stack.ReplicationAsync), which
+	// the failover faults need; empty for one Postgres. The stack the run
+	// is given must have one (stack.Options.Replication); the oracle is
+	// then its third server, and what the replicas were acknowledged is
+	// compared with what the primary holds after the failover
+	// (oracle.Loss).
+	Standby stack.ReplicationMode `json:"standby,omitempty"`
+	Expect  Expectation           `json:"expect"`
 	// Replica, when set, runs each replica as the user's command instead
 	// of Strategy's lease. Strategy still says what the command's lease is
 	// like: its traits decide which faults apply, its Setup runs, and the
@@ -268,6 +276,9 @@ func (s Scenario) Validate() error {
 	if s.Replicas == 1 && (s.Expect == ExpectReproduces || s.Expect == ExpectReproducesOrOrphans) {
 		bad("replicas", "1", fmt.Sprintf("is too few for expect %s: a double-run needs two replicas leading at once; use 2 to %d", s.Expect, MaxReplicas))
 	}
+	if err := s.Standby.Check(); err != nil {
+		bad("standby", "", err.Error())
+	}
 	if err := fault.CheckName(s.Fault); err != nil {
 		bad("fault", "", err.Error())
 	} else if f, ok := fault.Lookup(s.Fault); ok && strategyOK && topologyErr == nil && !f.Available(s.FaultSetting()) {
@@ -321,6 +332,7 @@ func (s Scenario) FaultSetting() fault.Setting {
 		AppNames:          s.Replica != nil,
 		TTL:               s.TTL,
 		Work:              s.Work,
+		Replication:       s.Standby,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios/replica"
+	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
 // ParseScenario reads a scenario written as data: a JSON object in the
@@ -101,6 +102,9 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 	str("description", &sc.Description)
 	str("strategy", &sc.Strategy)
 	str("fault", &sc.Fault)
+	var standby string
+	str("standby", &standby)
+	sc.Standby = stack.ReplicationMode(standby)
 	var expect string
 	str("expect", &expect)
 	sc.Expect = Expectation(expect)
@@ -178,7 +182,7 @@ func outOfRange(field string, v json.RawMessage) (string, bool) {
 }
 
 // scenarioFields are the JSON fields of a Scenario, in its order.
-var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "expect", "replica"}
+var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "standby", "expect", "replica"}
 
 // jsonProblem says in a user's words why data is not the JSON expected:
 // where it stops being JSON, or what kind of value it holds instead of an

@@ -23,7 +23,7 @@ func TestStrategyRefusalMatchesTheLease(t *testing.T) {
 	db := stacktest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, name := range []string{strategy.Advisory, strategy.AdvisoryUnguarded, strategy.AdvisoryWait, strategy.Fenced, strategy.FencedWait} {
+	for _, name := range []string{strategy.Advisory, strategy.AdvisoryUnguarded, strategy.AdvisoryWait, strategy.Fenced, strategy.FencedWait, strategy.FencedEpoch} {
 		t.Run(name, func(t *testing.T) {
 			s, ok := strategy.Lookup(name)
 			require.True(t, ok)

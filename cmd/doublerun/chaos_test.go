@@ -78,7 +78,7 @@ func TestChaosBadInputGetsOneLine(t *testing.T) {
 		want string
 	}{
 		{"UnknownFault", nil, []string{"--fault", "METEOR"}, 2,
-			`doublerun chaos: unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, KILL_LEADER, FREEZE_LEADER, PARTITION_LEADER, DELAY_LEADER, PGBOUNCER_PAUSE, PGBOUNCER_KILL, PGBOUNCER_RECONNECT, PGBOUNCER_RESTART, POSTGRES_RESTART, GRACEFUL_HANDOVER`},
+			`doublerun chaos: unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, KILL_LEADER, FREEZE_LEADER, PARTITION_LEADER, DELAY_LEADER, PGBOUNCER_PAUSE, PGBOUNCER_KILL, PGBOUNCER_RECONNECT, PGBOUNCER_RESTART, POSTGRES_RESTART, GRACEFUL_HANDOVER, PRIMARY_FAILOVER, PRIMARY_FAILOVER_LOSSY, SWITCHOVER`},
 		{"UnknownStrategy", nil, []string{"--strategy", "zookeeper"}, 2,
 			`doublerun chaos: unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced`},
 		{"UnknownTopology", nil, []string{"--topology", "mesh"}, 2,

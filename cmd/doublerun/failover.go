@@ -58,7 +58,7 @@ func failoverCommand() command {
 			if err != nil {
 				return err
 			}
-			s, done, err := stackFor(ctx, e, "", *out)
+			s, done, err := stackFor(ctx, e, "", *out, "")
 			if err != nil {
 				return err
 			}

@@ -103,7 +103,7 @@ func runCommand() command {
 					return envError{err.Error()}
 				}
 			}
-			s, done, err := stackFor(ctx, e, set, *out)
+			s, done, err := stackFor(ctx, e, set, *out, sc.Standby)
 			if err != nil {
 				return err
 			}
@@ -154,6 +154,7 @@ func runCommand() command {
 }
 
 const reproUsage = `Usage: doublerun repro 556 [--out DIR] [--versions SET]
+       doublerun repro failover [--out DIR] [--versions SET]
 
 Reproduces issue #556 and checks its fixes:
   1. the advisory lease, 2 replicas, transaction pooling with a pool of one:
@@ -168,21 +169,36 @@ Prints "Successful reproduction" and exits 0 only if 1 reproduced and 3
 held; otherwise prints "Failed to reproduce" and exits 1. --versions (or
 DOUBLERUN_VERSIONS) picks the servers' version set; the reports name the
 exact versions.
+
+failover reproduces issue 32 on a stack with an asynchronous standby:
+PRIMARY_FAILOVER_LOSSY (the standby detached, the leader frozen while
+another is granted the lease on the primary alone, the primary killed, the
+standby promoted) under
+  1. the fenced lease: the token goes back (granted again or below one
+     already acknowledged), or a stale write is accepted, or the history
+     of grants and writes has no legal order;
+  2. the epoch fence (strategy fenced-epoch): no accepted stale write, no
+     token regression, a legal order.
+Prints the failover's steps on the oracle's clock and the lost writes,
+then "Successful reproduction" and exits 0 only if 1 broke and 2 held.
 `
 
 func reproCommand() command {
 	return command{
-		name: "repro", summary: "reproduce a known limitation (556) and check its fixes", usage: reproUsage,
+		name: "repro", summary: "reproduce a known limitation (556, failover) and check its fixes", usage: reproUsage,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if len(args) == 0 {
-				return usageError{"missing issue number; known: 556"}
+				return usageError{"missing issue; known: 556, failover"}
 			}
 			if isHelp(args[0]) {
 				fmt.Fprint(e.stdout, reproUsage)
 				return nil
 			}
+			if args[0] == "failover" {
+				return reproFailover(ctx, e, args[1:])
+			}
 			if args[0] != "556" {
-				return usageError{fmt.Sprintf("unknown issue %q; known: 556", args[0])}
+				return usageError{fmt.Sprintf("unknown issue %q; known: 556, failover", args[0])}
 			}
 			fs := newFlagSet("repro 556", reproUsage, e)
 			out := fs.String("out", "reports/repro-556", "directory for the reports; empty for none")
@@ -194,7 +210,7 @@ func reproCommand() command {
 			if err != nil {
 				return err
 			}
-			s, done, err := stackFor(ctx, e, set, *out)
+			s, done, err := stackFor(ctx, e, set, *out, "")
 			if err != nil {
 				return err
 			}
@@ -240,16 +256,17 @@ func checkEnv(versions string) error {
 // startStack starts the stack the environment names and returns its
 // cleanup.
 func startStack(ctx context.Context, e *env) (*stack.Stack, func(), error) {
-	return startStackOn(ctx, e, "")
+	return startStackOn(ctx, e, "", "")
 }
 
 // stackFor is how a command that runs on a stack of its own starts: it
 // reads the environment the stack will read (a variable it cannot take
 // stops the command before anything is made), makes the --out directory
 // out ("" for none) and starts a stack of the version set set ("" for the
-// stack's own choice). done shuts the stack down, then removes out again
+// stack's own choice), with a standby in mode standby ("" for none, see
+// stack.Options.Replication). done shuts the stack down, then removes out again
 // if it was made and is still empty; on an error nothing is left.
-func stackFor(ctx context.Context, e *env, set, out string) (s *stack.Stack, done func(), err error) {
+func stackFor(ctx context.Context, e *env, set, out string, standby stack.ReplicationMode) (s *stack.Stack, done func(), err error) {
 	if err := checkEnv(set); err != nil {
 		return nil, nil, err
 	}
@@ -257,7 +274,7 @@ func stackFor(ctx context.Context, e *env, set, out string) (s *stack.Stack, don
 	if err != nil {
 		return nil, nil, err
 	}
-	s, closeStack, err := startStackOn(ctx, e, set)
+	s, closeStack, err := startStackOn(ctx, e, set, standby)
 	if err != nil {
 		dropEmptyOut()
 		return nil, nil, err
@@ -292,4 +309,49 @@ func scenarioOf(name, file string) (scenarios.Scenario, error) {
 		return scenarios.Scenario{}, usageError{err.Error()}
 	}
 	return sc, nil
+}
+
+// reproFailover is `doublerun repro failover`: the plain and the epoch
+// fence across a lossy promotion, on a stack with an asynchronous standby.
+func reproFailover(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet("repro failover", reproUsage, e)
+	out := fs.String("out", "reports/repro-failover", "directory for the reports; empty for none")
+	versions := fs.String("versions", "", versionsHelp)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	set, err := oneVersionSet(*versions)
+	if err != nil {
+		return err
+	}
+	s, done, err := stackFor(ctx, e, set, *out, stack.ReplicationAsync)
+	if err != nil {
+		return err
+	}
+	defer done()
+	fmt.Fprintln(e.stdout, versionsLine(s))
+	begin := time.Now()
+	res, err := scenarios.ReproFailover(ctx, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log},
+		func(rep *scenarios.Report) error {
+			fmt.Fprintln(e.stdout, report.Line(rep))
+			if *out == "" {
+				return nil
+			}
+			return report.Write(*out, rep)
+		})
+	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("interrupted before the reproduction finished; the stack and replicas are gone")
+		}
+		fmt.Fprintln(e.stdout, "Failed to reproduce")
+		return err
+	}
+	report.ReproFailover(e.stdout, res)
+	fmt.Fprintf(e.stdout, "took %s; reports in %s\n", time.Since(begin).Round(time.Second), cmp.Or(*out, "no directory (--out is empty)"))
+	if err := res.Verdict().Err(); err != nil {
+		fmt.Fprintln(e.stdout, "Failed to reproduce")
+		return fmt.Errorf("issue 32: %w", err)
+	}
+	fmt.Fprintln(e.stdout, "Successful reproduction")
+	return nil
 }

@@ -80,9 +80,10 @@ func chaosVersionSets(flagValue string, getenv func(string) string) ([]string, e
 }
 
 // startStackOn starts a stack of the version set versions ("" for the
-// stack's own choice) and returns its cleanup.
-func startStackOn(ctx context.Context, e *env, versions string) (*stack.Stack, func(), error) {
-	s, err := stack.Start(ctx, stack.Options{Logger: e.log, Versions: versions})
+// stack's own choice), with a standby in mode standby ("" for none), and
+// returns its cleanup.
+func startStackOn(ctx context.Context, e *env, versions string, standby stack.ReplicationMode) (*stack.Stack, func(), error) {
+	s, err := stack.Start(ctx, stack.Options{Logger: e.log, Versions: versions, Replication: standby})
 	if err != nil {
 		return nil, nil, err
 	}

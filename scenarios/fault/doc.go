@@ -55,6 +55,27 @@
 // (271, 1), for the built-in ones) in the run's database, found in
 // pg_locks.
 //
+// # Failover
+//
+// PRIMARY_FAILOVER, PRIMARY_FAILOVER_LOSSY and SWITCHOVER act on a stack
+// with a standby (stack.Options.Replication; Setting.Replication says
+// which mode, and they are unavailable without one): the primary goes
+// down (SIGKILL of every process, or a fast shutdown), the standby is
+// promoted and the stack's one address repointed, and each step is an
+// event on the oracle's clock, from the instant of the kill (an
+// oracle.EventInjected, which the failover latency is measured from) to
+// the first statement through the run's work endpoint on the new primary
+// (failover.go draws them). PRIMARY_FAILOVER_LOSSY first detaches the
+// standby and freezes the leader for Hold, so the failover loses a
+// grant, the writes made under it and the old leader's renewals every
+// time (primary_failover_lossy.go says why the freeze). The oracle lives
+// on the stack's third server, which none of them touches: the faults
+// read it there (stack.Oracle), never through the address they repoint.
+//
+// A failover cannot be undone: the pair is left with the promoted
+// standby, which the address and the bouncers lead to, until the runner
+// rebuilds the standby (stack.RebuildStandby) for the next cell.
+//
 // # Partitions
 //
 // PARTITION_LEADER adds toxiproxy's timeout toxic with timeout 0 to both

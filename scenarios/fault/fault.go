@@ -50,6 +50,10 @@ type Setting struct {
 	AppNames bool
 	// TTL is the lease's TTL, Work the length of one piece of leader work.
 	TTL, Work time.Duration
+	// Replication is the mode of the run's stack when it has a standby
+	// to fail over to (stack.Options.Replication), empty when it has
+	// none: the failover faults apply only then.
+	Replication stack.ReplicationMode
 }
 
 // AppName is the application_name of a replica command's connections,
@@ -99,7 +103,8 @@ type Replica struct {
 // All is the catalog, in the order the matrix and its tables list it. Each
 // fault is an exported value on an unexported type, in the style of etcd's
 // robustness failpoints, in the file of what it acts on: process.go,
-// network.go, pgbouncer.go, postgres.go.
+// network.go, pgbouncer.go, postgres.go, and a file each for the
+// failovers (failover.go).
 var All = []Fault{
 	TerminateLeaderBackend,
 	KillLeader,
@@ -112,6 +117,9 @@ var All = []Fault{
 	PgBouncerRestart,
 	PostgresRestart,
 	GracefulHandover,
+	PrimaryFailover,
+	PrimaryFailoverLossy,
+	Switchover,
 }
 
 // None is the name of the absent fault: a scenario with it runs

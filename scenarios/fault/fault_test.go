@@ -24,7 +24,7 @@ func TestCatalog(t *testing.T) {
 	require.NoError(t, fault.CheckName(fault.None))
 	_, ok = fault.Lookup("METEOR")
 	require.False(t, ok)
-	require.EqualError(t, fault.CheckName("METEOR"), `unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, KILL_LEADER, FREEZE_LEADER, PARTITION_LEADER, DELAY_LEADER, PGBOUNCER_PAUSE, PGBOUNCER_KILL, PGBOUNCER_RECONNECT, PGBOUNCER_RESTART, POSTGRES_RESTART, GRACEFUL_HANDOVER`)
+	require.EqualError(t, fault.CheckName("METEOR"), `unknown fault "METEOR"; valid: none, TERMINATE_LEADER_BACKEND, KILL_LEADER, FREEZE_LEADER, PARTITION_LEADER, DELAY_LEADER, PGBOUNCER_PAUSE, PGBOUNCER_KILL, PGBOUNCER_RECONNECT, PGBOUNCER_RESTART, POSTGRES_RESTART, GRACEFUL_HANDOVER, PRIMARY_FAILOVER, PRIMARY_FAILOVER_LOSSY, SWITCHOVER`)
 }
 
 // The faults that hold the leader hold it for Hold, so a measurement can

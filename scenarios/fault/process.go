@@ -75,7 +75,7 @@ func (freezeLeader) Inject(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
-	conn, err := direct(ctx, t)
+	conn, err := oracleConn(ctx, t)
 	if err != nil {
 		return err
 	}

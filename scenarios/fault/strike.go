@@ -81,7 +81,7 @@ func strike(ctx context.Context, t Target) (Replica, error) {
 	if err != nil {
 		return l, err
 	}
-	conn, err := direct(ctx, t)
+	conn, err := oracleConn(ctx, t)
 	if err != nil {
 		return l, err
 	}
@@ -121,10 +121,11 @@ func strikeProcess(ctx context.Context, t Target) (Replica, error) {
 	return l, err
 }
 
-// direct connects to the run's database on Postgres itself, bypassing every
-// bouncer and proxy.
-func direct(ctx context.Context, t Target) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(t.Direct().DSN)
+// oracleConn connects to the run's database where the oracle's tables
+// are, bypassing every bouncer and proxy: Postgres itself, or on a stack
+// with a standby the third server no failover touches (stack.Oracle).
+func oracleConn(ctx context.Context, t Target) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(t.Stack().Oracle().WithDatabase(t.Database()).DSN)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func direct(ctx context.Context, t Target) (*pgx.Conn, error) {
 	cfg.RuntimeParams["application_name"] = "doublerun-chaos"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres directly: %w", err)
+		return nil, fmt.Errorf("connect to the oracle's server: %w", err)
 	}
 	return conn, nil
 }

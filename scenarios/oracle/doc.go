@@ -117,15 +117,67 @@
 // it), and only runs whose strategy names its token table are checked:
 // without the grants every accepted write would look illegal.
 //
+// # Across a primary failover: a third server
+//
+// On a stack with a standby (stack.Options.Replication) the oracle's
+// connection goes to a third Postgres, the stack's Oracle endpoint, that
+// no fault touches; it is not read back from the promoted standby. The
+// choice was between those two, and a lossy failover decides it:
+//
+//   - What a lossy promotion loses is exactly what proves the harm: the
+//     grant of the token that the new primary then grants again, and the
+//     write made under it. A history read back from the new primary has
+//     the second grant as the first of its token, and porcupine finds a
+//     legal order for a history whose real one had none. A token
+//     regression cannot be seen on the server whose tokens regressed.
+//   - The pieces of work logged on the old primary after its standby
+//     stopped receiving would vanish with it, and a double-run window
+//     would be measured shorter than it was.
+//   - "With the loss accounted for" would need the loss to be known
+//     first, which is what the measurement is for.
+//
+// So the pair holds only what the failover is meant to act on: the
+// lease's token table, the side-effect writes a fence guards, the
+// worker's jobs. Each of those a replica is told about it also tells the
+// oracle, on the third server, once it was acknowledged: a grant with its
+// token ([Grant]), a write's commit, an enqueue, a job's completion
+// ([Ack]), and each start of a job ([JobRun]). After the run the surviving
+// rows are read from the new primary once ([Survivors]), and [Loss] is the
+// difference (loss.go):
+//
+//   - token regressions: a token acknowledged to a second replica, or a
+//     grant or renewal the server recorded whose statement began after a
+//     higher token had been acknowledged;
+//   - lost writes and lost enqueues: acknowledged, and not on the new
+//     primary;
+//   - jobs run again: a start of a job after its completion was
+//     acknowledged (a start before it is the worker's at-least-once
+//     delivery, not a loss).
+//
+// The fence's linearizability check takes the acknowledged grants the
+// server's record lacks as grants too, made somewhere between the run's
+// start and their acknowledgement. That is what lets porcupine see a
+// token granted twice across a lossy promotion: from the new primary
+// alone, the second grant is the first of its token and the history has
+// a legal order (TestFenceCheckAcrossALossyFailover).
+//
+// The oracle stays one clock: on the docker and native providers every
+// server runs on this host and reads the same kernel clock, so the times
+// the pair's servers record (the token table's trigger) and the oracle's
+// compare. An external HA cluster's servers have clocks of their own, and
+// only the oracle server's times are compared there.
+//
 // # The oracle owns its tables
 //
 // No other package names the oracle's tables: replicas log through a
 // [Recorder] (their side-effect write too, [Recorder.SideEffect]), the
 // runner and the faults ask [LatestWork], [WorkBegun] and [AnyWork], and
-// [Load] reads a run back; [RecordTokens] has the server record a
-// lease's token table. A replica in another language writes the same rows
+// [Load] reads a run back ([LoadFailover] from the oracle's server and
+// the pair's primary); [RecordTokens] has the server record a lease's
+// token table. A replica in another language writes the same rows
 // through the functions [Migrate] installs in schema doublerun
 // (doublerun.work_begin, work_end, side_effect, rejected, became_leader,
-// lock_claim, event, next_token; scenarios' documentation gives their
-// arguments), so its times are the server's clock_timestamp() too.
+// lock_claim, event, next_token, and for a failover side_effect_key, ack
+// and job_run; scenarios' documentation gives their arguments), so its
+// times are the server's clock_timestamp() too.
 package oracle

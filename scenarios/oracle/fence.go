@@ -188,6 +188,17 @@ func fenceOperations(h History) ([]porcupine.Operation, map[string]int, time.Tim
 		base = earlier(base, o.call)
 		clients[o.in.replica] = 0
 	}
+	// A grant a failover lost was made somewhere before the replica
+	// acknowledged it: its interval starts with the history's first call.
+	// Caught by TestFenceCheckAcrossALossyFailover.
+	lost := lostGrants(h)
+	for _, g := range lost {
+		base = earlier(base, g.At)
+		clients[g.Replica] = 0
+	}
+	for _, g := range lost {
+		ops = append(ops, op{fenceOp{grant: true, token: g.Token, replica: g.Replica}, true, base, g.At})
+	}
 	for k, r := range slices.Sorted(maps.Keys(clients)) {
 		clients[r] = k
 	}

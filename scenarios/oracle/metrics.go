@@ -91,6 +91,13 @@ type History struct {
 	// server recorded them in the statements that made them
 	// (RecordTokens); empty for a strategy whose token table is unknown.
 	TokenOps []TokenOp `json:"token_ops,omitempty"`
+	// Acks, JobRuns and Survivors are a failover's (loss.go): what the
+	// replicas were acknowledged and their jobs' starts, both as they told
+	// the oracle, and what the pair's primary held after the run. A nil
+	// Survivors says nothing was read back: no failover.
+	Acks      []Ack      `json:"acks,omitempty"`
+	JobRuns   []JobRun   `json:"job_runs,omitempty"`
+	Survivors *Survivors `json:"survivors,omitempty"`
 }
 
 // Options tune Analyze.
@@ -152,6 +159,9 @@ type Metrics struct {
 	// Validity says whether the run could have shown a double-run at all
 	// (validity.go); a run that could not is INCONCLUSIVE.
 	Validity Validity `json:"validity"`
+	// Loss is what a failover lost (loss.go); nil when nothing was read
+	// back after one.
+	Loss *Loss `json:"loss,omitempty"`
 }
 
 // Window is a set of episodes: maximal stretches of time during which a
@@ -213,6 +223,7 @@ func Analyze(h History, opts Options) Metrics {
 	m.Orphaned = orphaned(h, opts.OrphanTolerance)
 	m.Linearizability = checkFence(h, opts.CheckTimeout)
 	m.Validity = validity(h, opts)
+	m.Loss = loss(h)
 	return m
 }
 

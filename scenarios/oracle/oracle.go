@@ -21,6 +21,8 @@ const (
 	sideEffectsTable = "doublerun_side_effects"
 	tokensTable      = "doublerun_oracle_tokens"
 	tokensFunction   = "doublerun_oracle_token_op"
+	acksTable        = "doublerun_oracle_acks"
+	jobRunsTable     = "doublerun_oracle_job_runs"
 )
 
 // schema is the oracle's tables and the function RecordTokens attaches to
@@ -97,13 +99,32 @@ $fn$`,
 	`CREATE OR REPLACE FUNCTION doublerun.lock_claim(replica text, backend_pid int, key1 int, key2 int) RETURNS void LANGUAGE sql AS $fn$
 	INSERT INTO {events} (kind, replica, detail) VALUES ('{lock_claim}', $1, format('backend %s lock %s,%s', $2, $3, $4))
 $fn$`,
+	// A failover's records (loss.go): what a replica was acknowledged,
+	// and each start of a job, on the oracle's server; the keyed
+	// side-effect write, on the pair. Caught by
+	// TestLoadFailoverReadsTheOracleAndThePair.
+	`CREATE TABLE IF NOT EXISTS {acks} (
+		id bigserial PRIMARY KEY, kind text NOT NULL, replica text NOT NULL, key text NOT NULL, token bigint NOT NULL DEFAULT 0,
+		at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+	`CREATE TABLE IF NOT EXISTS {job_runs} (
+		id bigserial PRIMARY KEY, replica text NOT NULL, key text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+	`CREATE OR REPLACE FUNCTION doublerun.side_effect_key(replica text, token bigint, fenced boolean DEFAULT false) RETURNS text LANGUAGE sql AS $fn$
+	INSERT INTO {side_effects} (replica, token, fenced) VALUES ($1, $2, coalesce($3, false)) RETURNING id::text
+$fn$`,
+	`CREATE OR REPLACE FUNCTION doublerun.ack(replica text, kind text, key text, token bigint DEFAULT 0) RETURNS void LANGUAGE sql AS $fn$
+	INSERT INTO {acks} (kind, replica, key, token) VALUES ($2, $1, $3, coalesce($4, 0))
+$fn$`,
+	`CREATE OR REPLACE FUNCTION doublerun.job_run(replica text, key text) RETURNS void LANGUAGE sql AS $fn$
+	INSERT INTO {job_runs} (replica, key) VALUES ($1, $2)
+$fn$`,
 	`CREATE SEQUENCE IF NOT EXISTS doublerun.tokens`,
 	`CREATE OR REPLACE FUNCTION doublerun.next_token() RETURNS bigint LANGUAGE sql AS $fn$ SELECT nextval('doublerun.tokens') $fn$`,
 }
 
 var schemaNames = strings.NewReplacer("{work}", workTable, "{grants}", grantsTable, "{events}", eventsTable,
 	"{rejected}", rejectedTable, "{side_effects}", sideEffectsTable, "{tokens}", tokensTable, "{token_op}", tokensFunction,
-	"{renewal}", TokenRenewal, "{grant}", TokenGrant, "{lock_claim}", EventLockClaim)
+	"{renewal}", TokenRenewal, "{grant}", TokenGrant, "{lock_claim}", EventLockClaim,
+	"{acks}", acksTable, "{job_runs}", jobRunsTable)
 
 // Migrate creates the oracle's tables. Run it on a direct connection.
 func Migrate(ctx context.Context, conn *pgx.Conn) error {

@@ -352,6 +352,22 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		default:
 			c.Holds, c.Figure = true, fmt.Sprintf("SIGTERM to leader %s at %s, mid-work; it released and exited at %s", l, rel(h, term.At), rel(h, exit.At))
 		}
+	case "PRIMARY_FAILOVER", "SWITCHOVER":
+		// Caught by TestValidityStruck/failover and its failures.
+		c.Holds = chaosHas(" promoted, timeline ") && chaosHas("first statement on the new primary")
+		c.Figure, c.Reason = "the primary down, the standby promoted, a statement on it", f.name+" never logged the standby promoted and a statement on it"
+	case "PRIMARY_FAILOVER_LOSSY":
+		stop, ok := chaos(l, "SIGSTOP")
+		switch {
+		case !chaosHas(" detached"):
+			c.Reason = "PRIMARY_FAILOVER_LOSSY never detached the standby: nothing was lost on purpose"
+		case !ok || !working(l, stop.At):
+			c.Reason = fmt.Sprintf("PRIMARY_FAILOVER_LOSSY froze no leader mid-work: no SIGSTOP of %q while it worked, so no grant was made on the primary alone", l)
+		case !chaosHas(" promoted, timeline ") || !chaosHas("first statement on the new primary"):
+			c.Reason = "PRIMARY_FAILOVER_LOSSY never logged the standby promoted and a statement on it"
+		default:
+			c.Holds, c.Figure = true, fmt.Sprintf("standby detached, leader %s frozen mid-work at %s, the standby promoted", l, rel(h, stop.At))
+		}
 	default:
 		c.Reason = fmt.Sprintf("fault %s has no evidence this doublerun knows of", f.name)
 	}

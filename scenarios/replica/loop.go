@@ -242,10 +242,20 @@ func sideEffect(leaderCtx, ctx context.Context, spec Spec, fencer bool, pool *pg
 			return err
 		}
 	}
-	if err := rec.SideEffect(ctx, tx, term.Token, fenced); err != nil {
+	key, err := rec.SideEffectKey(ctx, tx, term.Token, fenced)
+	if err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	// Told only once the commit returned: on a stack with a standby, a
+	// write acknowledged here and missing from the primary afterwards was
+	// lost by a failover (oracle.Loss).
+	if spec.Acks {
+		return rec.Ack(ctx, oracle.AckWrite, key, term.Token)
+	}
+	return nil
 }
 
 // endWork logs the end of a piece of work, retrying for a while: a piece

@@ -20,7 +20,8 @@ type workRecorder interface {
 	End(ctx context.Context, id int64) error
 	Event(ctx context.Context, kind, detail string) error
 	Rejected(ctx context.Context, tx oracle.Querier, token int64) error
-	SideEffect(ctx context.Context, tx oracle.Execer, token int64, fenced bool) error
+	SideEffectKey(ctx context.Context, tx oracle.Querier, token int64, fenced bool) (string, error)
+	Ack(ctx context.Context, kind, key string, token int64) error
 	Close()
 }
 
@@ -88,7 +89,13 @@ func (r *sqlRecorder) Rejected(ctx context.Context, tx oracle.Querier, token int
 	return err
 }
 
-func (r *sqlRecorder) SideEffect(ctx context.Context, tx oracle.Execer, token int64, fenced bool) error {
-	_, err := tx.Exec(ctx, `SELECT doublerun.side_effect($1, $2, $3)`, r.replica, token, fenced)
+func (r *sqlRecorder) SideEffectKey(ctx context.Context, tx oracle.Querier, token int64, fenced bool) (string, error) {
+	var key string
+	err := tx.QueryRow(ctx, `SELECT doublerun.side_effect_key($1, $2, $3)`, r.replica, token, fenced).Scan(&key)
+	return key, err
+}
+
+func (r *sqlRecorder) Ack(ctx context.Context, kind, key string, token int64) error {
+	_, err := r.pool.Exec(ctx, `SELECT doublerun.ack($1, $2, $3, $4)`, r.replica, kind, key, token)
 	return err
 }

@@ -28,6 +28,10 @@ type Spec struct {
 	Work         time.Duration `json:"work"`
 	TTL          time.Duration `json:"ttl"`
 	Unfenced     bool          `json:"unfenced"`
+	// Acks makes the replica tell the oracle of each side-effect write
+	// its commit acknowledged (oracle.Ack), on a stack with a standby,
+	// whose failover may lose it.
+	Acks bool `json:"acks,omitempty"`
 	// AppName is DOUBLERUN_APPLICATION_NAME for a built-in lease run as
 	// a replica command; empty in the runner's own replicas.
 	AppName string `json:"app_name,omitempty"`

@@ -9,7 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// CreateDatabase creates a database of its own on the stack's Postgres,
+// CreateDatabase creates a database of its own on the stack's Postgres
+// (and on an HA stack's oracle server),
 // named prefix followed by twelve random hex digits, and returns its name.
 // Every endpoint reaches it through Endpoint.WithDatabase; through
 // PgBouncer it gets pools of its own, so a pool size holds per database.
@@ -17,15 +18,34 @@ func (s *Stack) CreateDatabase(ctx context.Context, prefix string) (string, erro
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := prefix + hex.EncodeToString(b)
-	conn, err := pgx.Connect(ctx, s.postgres.DSN)
+	for _, ep := range s.databaseServers() {
+		if err := createDatabase(ctx, ep, name); err != nil {
+			return "", err
+		}
+	}
+	return name, nil
+}
+
+// databaseServers are the servers a database of a test or run is made on:
+// the stack's Postgres and, on an HA stack, the oracle server beside it,
+// so that its Oracle endpoint reaches the same database name.
+func (s *Stack) databaseServers() []Endpoint {
+	if s.ha == nil {
+		return []Endpoint{s.postgres}
+	}
+	return []Endpoint{s.postgres, s.ha.oracle}
+}
+
+func createDatabase(ctx context.Context, ep Endpoint, name string) error {
+	conn, err := pgx.Connect(ctx, ep.DSN)
 	if err != nil {
-		return "", fmt.Errorf("connect to postgres: %w", err)
+		return fmt.Errorf("connect to %s: %w", ep.Name, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+copyStrategy(conn.PgConn().ParameterStatus("server_version"))); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
+		return fmt.Errorf("create database %s: %w", name, err)
 	}
-	return name, nil
+	return nil
 }
 
 // copyStrategy is the STRATEGY clause of a test database's CREATE
@@ -45,13 +65,16 @@ func copyStrategy(v string) string {
 // DropDatabase drops the database called name, if it exists, ending every
 // session still connected to it.
 func (s *Stack) DropDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, s.postgres.DSN)
-	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("drop database %s: %w", name, err)
+	for _, ep := range s.databaseServers() {
+		conn, err := pgx.Connect(ctx, ep.DSN)
+		if err != nil {
+			return fmt.Errorf("connect to %s: %w", ep.Name, err)
+		}
+		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return fmt.Errorf("drop database %s: %w", name, err)
+		}
 	}
 	return nil
 }

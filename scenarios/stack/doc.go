@@ -89,6 +89,68 @@
 // StartPostgres and StopPgBouncer / StartPgBouncer. Chaos faults restart
 // servers under running replicas and rely on this.
 //
+// # Failover
+//
+// With Options.Replication a stack is an HA pair, the shape that RDS
+// Multi-AZ, Patroni, CloudNativePG and Stolon give a service: a primary
+// (PrimaryName) and a streaming standby (StandbyName) cloned from it with
+// pg_basebackup -R, on the docker and the native provider alike:
+//
+//	replicas ── PgBouncer ──┐
+//	replicas ───────────────┴── router ──▶ pg1 (primary) ══WAL══▶ pg2 (standby)
+//	oracle connections ─────────────────▶ oracle (a third server)
+//
+// Three things make it what it is:
+//
+//   - The router is the stack's one address: an in-process toxiproxy
+//     proxy that [Stack.Postgres] and every bouncer reach Postgres
+//     through, and that [Stack.Repoint] turns to the promoted node,
+//     closing every connection it carried, as a floating address or a DNS
+//     name follows a promotion. On the native provider it listens on
+//     loopback; on the docker provider on the gateway of the stack's
+//     network, the address of this host its containers reach.
+//   - [ReplicationSync] sets synchronous_standby_names on the primary, so
+//     a commit waits until the standby has flushed it;
+//     [ReplicationAsync] acknowledges it once the primary has it. Either
+//     way synchronous_commit is on (the stacks' usual off would
+//     acknowledge commits the walsender has not even been given). The
+//     standby never has synchronous_standby_names, so once promoted it
+//     takes commits without a standby, as Patroni's non-strict
+//     synchronous mode does.
+//   - The oracle server ([Stack.Oracle]) is a third Postgres that no
+//     failover touches: the harness's one clock must outlive the server it
+//     watches (package oracle says why). [Stack.CreateDatabase] makes
+//     each database on it too.
+//
+// The operations a failover is made of, each tested against real servers
+// on both providers: [Stack.KillPrimary] (SIGKILL to every process of the
+// server at once, or a container kill), [Stack.ShutdownPrimary] (a fast
+// shutdown, which hands the standby everything first), [Stack.Promote]
+// (pg_promote(), which returns once the standby takes writes on a new
+// timeline), [Stack.Repoint], [Stack.DetachStandby] and
+// [Stack.AttachStandby] (stop and restart the stream, which is how a
+// failover is made to lose commits on purpose), [Stack.PauseReplay] and
+// [Stack.ResumeReplay], [Stack.CatchUp], [Stack.Timeline] and
+// [Stack.WaitPrimary] (the first statement a way in runs on the new
+// primary). [Stack.Replication] reports the mode, both servers with their
+// versions and roles, and where the address leads.
+//
+// Pausing replay does not lose anything: pg_promote() replays every WAL
+// record the standby had received before it ends recovery, paused or not
+// (TestKillInAsyncModeLosesWhatTheStandbyNeverReceived). A standby lags
+// on purpose only when it stops receiving: DetachStandby clears its
+// primary_conninfo and ends the primary's WAL sender. (Clearing
+// primary_conninfo alone does not stop a paused standby's receiver: the
+// startup process acts on it only where it waits for WAL, which a paused
+// replay never reaches.)
+//
+// After a failover [Stack.RebuildStandby] clones the node that went down
+// afresh from the new primary, and the pair can fail over again, onto
+// the next timeline: one stack serves a matrix of failover cells. The
+// servers' data directories are pgdata-pg1 and pgdata-pg2 in a native
+// stack's dir, beside the oracle's pgdata, and Close and the sweep remove
+// the System V segment each one left (a killed server's included).
+//
 // # Databases through PgBouncer
 //
 // Every bouncer forwards any database name ("*" in [databases]) to the one

@@ -3,6 +3,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,6 +73,12 @@ type dockerBackend struct {
 	// pgPort is Postgres's port on the host's network, where a bouncer
 	// reaches it; 0 on a private network, where it is pgAlias:pgPort.
 	pgPort int
+	// fwdHost and fwdPort are where bouncers forward to when
+	// forwardBouncers set them (an HA stack's router); otherwise the
+	// stack's Postgres: pgAlias:pgPort on a private network, 127.0.0.1
+	// and pgPort on the host's.
+	fwdHost string
+	fwdPort int
 }
 
 // onHost reports whether the backend's containers share the host's
@@ -271,14 +278,30 @@ func (b *dockerBackend) startPostgres(ctx context.Context, user, password, db st
 	if err != nil {
 		return nil, "", 0, err
 	}
-	req := b.request(b.postgresImage, pgAlias, pgPort, hostPort)
+	req := b.postgresRequest(ctx, pgAlias, hostPort)
 	req.Env = map[string]string{"POSTGRES_USER": user, "POSTGRES_PASSWORD": password, "POSTGRES_DB": db}
+	if b.onHost() {
+		b.pgPort = hostPort
+	}
+	n, err := b.run(ctx, "postgres", req)
+	if n == nil {
+		return nil, "", 0, err
+	}
+	return n, "127.0.0.1", hostPort, err
+}
+
+// postgresRequest is a Postgres container called alias listening on
+// hostPort of loopback (on the host's network itself, or published from a
+// private one), with its data on a volume; args are settings beside the
+// stack's usual ones, which they override.
+func (b *dockerBackend) postgresRequest(ctx context.Context, alias string, hostPort int, args ...string) testcontainers.ContainerRequest {
+	req := b.request(b.postgresImage, alias, pgPort, hostPort)
 	req.Cmd = []string{"postgres", "-c", "max_connections=300", "-c", "fsync=off",
 		"-c", "synchronous_commit=off", "-c", "full_page_writes=off"}
 	if b.onHost() {
 		req.Cmd = append(req.Cmd, "-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(hostPort))
-		b.pgPort = hostPort
 	}
+	req.Cmd = append(req.Cmd, args...)
 	// The data goes on an anonymous volume, removed with the container.
 	// In the container's own filesystem every write and open of a data
 	// file goes through the storage driver; on a fuse-overlayfs engine
@@ -292,11 +315,7 @@ func (b *dockerBackend) startPostgres(ctx context.Context, user, password, db st
 		modify(hc)
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: pgdata})
 	}
-	n, err := b.run(ctx, "postgres", req)
-	if n == nil {
-		return nil, "", 0, err
-	}
-	return n, "127.0.0.1", hostPort, err
+	return req
 }
 
 // defaultPGDATA is where the official Postgres images and doublerun's
@@ -330,10 +349,10 @@ func (b *dockerBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 	}
 	if b.onHost() {
 		cfg.ListenAddr, cfg.ListenPort = "127.0.0.1", hostPort
-		cfg.Databases = bouncerDatabases(cfg.Databases, "127.0.0.1", b.pgPort)
+		cfg.Databases = bouncerDatabases(cfg.Databases, cmp.Or(b.fwdHost, "127.0.0.1"), cmp.Or(b.fwdPort, b.pgPort))
 	} else {
 		cfg.ListenAddr, cfg.ListenPort = "0.0.0.0", bouncerPort
-		cfg.Databases = bouncerDatabases(cfg.Databases, pgAlias, pgPort)
+		cfg.Databases = bouncerDatabases(cfg.Databases, cmp.Or(b.fwdHost, pgAlias), cmp.Or(b.fwdPort, pgPort))
 	}
 	cfg.AuthFile = bouncerUsers
 	ini, err := cfg.Ini()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -147,23 +148,11 @@ func (b *nativeBackend) writeFile(name, content string, mode os.FileMode) (strin
 
 func (b *nativeBackend) startPostgres(ctx context.Context, user, password, db string) (node, string, int, error) {
 	pgdata := filepath.Join(b.dir, "pgdata")
-	pwfile, err := b.writeFile("pwfile", password+"\n", 0o600)
+	if err := b.initdb(ctx, pgdata, user, password); err != nil {
+		return nil, "", 0, err
+	}
+	sock, err := b.socketDir()
 	if err != nil {
-		return nil, "", 0, err
-	}
-	initdb := exec.CommandContext(ctx, filepath.Join(b.binDir, "initdb"), "-D", pgdata, "-U", user,
-		"--pwfile="+pwfile, "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
-	initdb.Env = append(os.Environ(), "LC_ALL=C")
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, "", 0, fmt.Errorf("initdb: %w\n%s", err, out)
-	}
-	os.Remove(pwfile)
-	sock := filepath.Join(b.dir, "sock")
-	if err := os.Mkdir(sock, 0o700); err != nil {
-		return nil, "", 0, err
-	}
-	if err := b.own(sock); err != nil {
 		return nil, "", 0, err
 	}
 	port, err := freePort()
@@ -171,10 +160,52 @@ func (b *nativeBackend) startPostgres(ctx context.Context, user, password, db st
 		return nil, "", 0, err
 	}
 	b.pgPort = port
-	p := &process{
-		name: "postgres",
+	p := b.postgresProcess("postgres", pgdata, port)
+	if err := p.start(ctx); err != nil {
+		return p, "", 0, err
+	}
+	if db != "postgres" {
+		if err := b.createDatabase(ctx, sock, port, user, db); err != nil {
+			return p, "", 0, err
+		}
+	}
+	return p, "127.0.0.1", port, nil
+}
+
+// initdb initialises a cluster in pgdata whose superuser is user.
+func (b *nativeBackend) initdb(ctx context.Context, pgdata, user, password string) error {
+	pwfile, err := b.writeFile("pwfile", password+"\n", 0o600)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(pwfile)
+	initdb := exec.CommandContext(ctx, filepath.Join(b.binDir, "initdb"), "-D", pgdata, "-U", user,
+		"--pwfile="+pwfile, "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
+	initdb.Env = append(os.Environ(), "LC_ALL=C")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// socketDir makes, once, the directory every Postgres of the stack puts
+// its Unix socket in; the socket's name has the port in it.
+func (b *nativeBackend) socketDir() (string, error) {
+	sock := filepath.Join(b.dir, "sock")
+	if err := os.Mkdir(sock, 0o700); err != nil && !os.IsExist(err) {
+		return "", err
+	}
+	return sock, b.own(sock)
+}
+
+// postgresProcess is a Postgres on pgdata, listening on port; args are
+// settings beside the stack's usual ones, which they override.
+func (b *nativeBackend) postgresProcess(name, pgdata string, port int, args ...string) *process {
+	return &process{
+		name: name,
 		path: filepath.Join(b.binDir, "postgres"),
-		args: []string{"-D", pgdata, "-p", strconv.Itoa(port), "-k", sock,
+		args: append([]string{"-D", pgdata, "-p", strconv.Itoa(port), "-k", filepath.Join(b.dir, "sock"),
 			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
 			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 			// Dynamic shared memory as files in pgdata/pg_dynshmem rather
@@ -185,22 +216,13 @@ func (b *nativeBackend) startPostgres(ctx context.Context, user, password, db st
 			// dir they go with it. Postgres's manual discourages mmap for
 			// the writes back to disk, except where pg_dynshmem is on a RAM
 			// disk, as the stack's dir is when /dev/shm has room (nativeRoot).
-			"-c", "dynamic_shared_memory_type=mmap"},
-		logPath: filepath.Join(b.dir, "postgres.log"),
+			"-c", "dynamic_shared_memory_type=mmap"}, args...),
+		logPath: filepath.Join(b.dir, name+".log"),
 		cred:    b.cred,
 		stopSig: syscall.SIGINT, // fast shutdown
 		uid:     b.uid,
 		gid:     b.gid,
 	}
-	if err := p.start(ctx); err != nil {
-		return p, "", 0, err
-	}
-	if db != "postgres" {
-		if err := b.createDatabase(ctx, sock, port, user, db); err != nil {
-			return p, "", 0, err
-		}
-	}
-	return p, "127.0.0.1", port, nil
 }
 
 // createDatabase waits for the server through its socket and creates db.
@@ -271,6 +293,9 @@ func (b *nativeBackend) version(ctx context.Context) string {
 }
 
 func (b *nativeBackend) close(context.Context) error {
+	// A server KillPrimary killed left its System V segment, which only a
+	// clean shutdown removes; its processes are gone, so it can go now.
+	releaseSharedMemory(b.dir, slog.New(slog.DiscardHandler))
 	if err := os.RemoveAll(b.dir); err != nil {
 		return fmt.Errorf("native provider: remove %s: %w", b.dir, err)
 	}

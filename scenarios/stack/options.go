@@ -75,6 +75,12 @@ type Options struct {
 	// PgBouncerBin is the native provider's pgbouncer; default: PATH, then
 	// /usr/sbin/pgbouncer.
 	PgBouncerBin string
+	// Replication, when set, makes the stack an HA pair: a primary and a
+	// streaming standby behind one address the stack repoints when the
+	// standby is promoted, with the oracle on a third server no failover
+	// touches (see "Failover" in the package documentation). Default: one
+	// Postgres, no standby. The docker and native providers can start one.
+	Replication ReplicationMode
 	// Logger receives progress; default discards.
 	Logger *slog.Logger
 
@@ -155,6 +161,9 @@ func (o Options) validate() error {
 	// more, as make bench does for throughput.
 	if o.TransactionPoolSize < 1 {
 		return fmt.Errorf("transaction pool size %d is below 1", o.TransactionPoolSize)
+	}
+	if err := o.Replication.Check(); err != nil {
+		return err
 	}
 	_, err := LookupVersionSet(o.Versions)
 	return err

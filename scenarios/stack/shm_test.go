@@ -208,6 +208,37 @@ func TestSweepReleasesOnlyTheDeadStacksSharedMemory(t *testing.T) {
 	}
 }
 
+// A dead HA stack's dir holds a data directory per server (the oracle's
+// pgdata, pgdata-pg1, pgdata-pg2); the sweep removes each server's
+// segment, and keeps the dir while any one of them is still attached.
+func TestSweepReleasesEverySegmentOfAnHAStack(t *testing.T) {
+	t.Parallel()
+	dead := "pid=" + strconv.Itoa(deadPID(t)) + "\n"
+	for _, attached := range []int{-1, 0, 1, 2} {
+		t.Run(fmt.Sprintf("Attached%d", attached), func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			segs := []segment{makeSegment(t), makeSegment(t), makeSegment(t)}
+			dir := forgeStackDir(t, root, dead, segs[0].creator, segs[0].key, segs[0].id)
+			for i, sub := range []string{"pgdata-pg1", "pgdata-pg2"} {
+				forgePostmasterPID(t, dir, sub, segs[i+1].creator, segs[i+1].key, segs[i+1].id)
+			}
+			if attached >= 0 {
+				mem, err := unix.SysvShmAttach(segs[attached].id, 0, unix.SHM_RDONLY)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = unix.SysvShmDetach(mem) })
+			}
+			sweepStaleDirs(root, self(), slog.New(slog.DiscardHandler))
+			for i, seg := range segs {
+				_, present := seg.stat()
+				require.Equal(t, i == attached, present, "segment %d present", i)
+			}
+			_, err := os.Stat(dir)
+			require.Equal(t, attached < 0, errors.Is(err, os.ErrNotExist), "dir removed")
+		})
+	}
+}
+
 // forgeStackDir makes under root the dir of a native stack with the given
 // owner file and a postmaster.pid in Postgres's format naming the
 // postmaster pid and the segment key / id.
@@ -216,13 +247,20 @@ func forgeStackDir(t *testing.T, root, owner string, pid, key int32, id int) str
 	dir, err := os.MkdirTemp(root, nativeDirPrefix)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o644))
-	pgdata := filepath.Join(dir, "pgdata")
+	forgePostmasterPID(t, dir, "pgdata", pid, key, id)
+	return dir
+}
+
+// forgePostmasterPID makes the data directory sub of the stack in dir,
+// with a postmaster.pid naming the postmaster pid and the segment.
+func forgePostmasterPID(t *testing.T, dir, sub string, pid, key int32, id int) {
+	t.Helper()
+	pgdata := filepath.Join(dir, sub)
 	require.NoError(t, os.Mkdir(pgdata, 0o700))
 	// As Postgres writes it: %9lu %9lu for the key (a C int printed
 	// unsigned) and the ID.
 	pm := fmt.Sprintf("%d\n%s\n1796137886\n44897\n%s/sock\n127.0.0.1\n%9d %9d\nready   \n", pid, pgdata, dir, uint64(uint32(key)), id)
 	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "postmaster.pid"), []byte(pm), 0o600))
-	return dir
 }
 
 // A native stack whose owner is SIGKILLed leaves its temp dir and its

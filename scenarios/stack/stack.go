@@ -55,6 +55,8 @@ type Stack struct {
 	// asked is the version set the caller or the environment named, ""
 	// when none was (see VersionsNote).
 	asked string
+	// ha is the failover side of a stack with a standby, nil without.
+	ha *ha
 }
 
 type bouncer struct {
@@ -95,6 +97,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		return nil, err
 	}
 	sweepOwnedDirs(opts.Logger)
+	if opts.Provider == ProviderExternal && opts.Replication != "" {
+		return nil, fmt.Errorf("replication: the external provider runs no servers of its own to fail over; use %s=native or docker", EnvProvider)
+	}
 	if opts.Provider == ProviderExternal {
 		return startExternal(ctx, opts)
 	}
@@ -144,6 +149,11 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	if s.postgres.PostgresVersion, err = probe(ctx, s.postgres.DSN); err != nil {
 		return fmt.Errorf("postgres: %w", err)
+	}
+	if opts.Replication != "" {
+		if err := s.startReplication(ctx, opts.Replication); err != nil {
+			return err
+		}
 	}
 	if _, err := s.AddPgBouncer(ctx, SessionName, pgbouncer.Config{
 		PoolMode: pgbouncer.PoolSession, DefaultPoolSize: opts.SessionPoolSize,
@@ -300,25 +310,35 @@ func (s *Stack) Endpoints() []Endpoint {
 	return out
 }
 
+// postgresNode runs the stack's Postgres: on an HA stack the primary,
+// which a promotion changes.
+func (s *Stack) postgresNode() node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pgNode
+}
+
 // StopPostgres stops Postgres; every bouncer stays up and fails its server
 // logins until StartPostgres.
 func (s *Stack) StopPostgres(ctx context.Context) error {
-	if s.pgNode == nil {
+	n := s.postgresNode()
+	if n == nil {
 		return fmt.Errorf("stop postgres: %w", ErrNotSupported)
 	}
-	return s.pgNode.stop(ctx)
+	return n.stop(ctx)
 }
 
 // StartPostgres starts a stopped Postgres on the same address and waits
 // until it answers.
 func (s *Stack) StartPostgres(ctx context.Context) error {
-	if s.pgNode == nil {
+	n := s.postgresNode()
+	if n == nil {
 		return fmt.Errorf("start postgres: %w", ErrNotSupported)
 	}
-	if err := s.pgNode.start(ctx); err != nil {
+	if err := n.start(ctx); err != nil {
 		return err
 	}
-	return waitReady(ctx, s.postgres.DSN, s.pgNode)
+	return waitReady(ctx, s.postgres.DSN, n)
 }
 
 // RestartPostgres stops and starts Postgres.
@@ -377,6 +397,7 @@ func (s *Stack) bouncer(name string) (*bouncer, error) {
 // and networks, or processes and temp dirs. It is idempotent.
 func (s *Stack) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
+		s.closeRouter()
 		var errs []error
 		for _, n := range s.nodes() {
 			errs = append(errs, n.terminate(ctx))
@@ -418,7 +439,7 @@ func (s *Stack) nodes() []node {
 	if s.pgNode != nil {
 		nodes = append(nodes, s.pgNode)
 	}
-	return nodes
+	return append(nodes, s.haNodes()...)
 }
 
 // waitReady polls dsn until a query succeeds. It gives up early when n

@@ -115,8 +115,23 @@ func sweepStaleDirs(root string, me owner, log interface{ Info(string, ...any) }
 // the stack's own segment still has processes attached (a SIGKILLed
 // postmaster's backends take a moment to notice and exit), since without
 // the dir nothing would say whose it is.
+//
+// A stack with a standby has a data directory per server (pgdata,
+// pgdata-pg1, pgdata-pg2); each is judged on its own, and the dir may go
+// only when every one may.
 func releaseSharedMemory(dir string, log interface{ Info(string, ...any) }) bool {
-	pm, ok := readPostmasterPID(filepath.Join(dir, "pgdata", "postmaster.pid"))
+	all := true
+	pidFiles, _ := filepath.Glob(filepath.Join(dir, "pgdata*", "postmaster.pid"))
+	for _, f := range pidFiles {
+		all = releaseSegment(dir, f, log) && all
+	}
+	return all
+}
+
+// releaseSegment is releaseSharedMemory for the data directory whose
+// postmaster.pid is pidFile.
+func releaseSegment(dir, pidFile string, log interface{ Info(string, ...any) }) bool {
+	pm, ok := readPostmasterPID(pidFile)
 	if !ok {
 		return true
 	}

@@ -6,8 +6,8 @@
 // imports only package lease, so that every one of them can import it.
 //
 // The built-in strategies are [Advisory], [AdvisoryUnguarded],
-// [AdvisoryWait], [Fenced] and [FencedWait]; a lease of the user's own
-// joins them with [Register]. Replicas are this same binary started
+// [AdvisoryWait], [Fenced], [FencedWait] and [FencedEpoch]; a lease of
+// the user's own joins them with [Register]. Replicas are this same binary started
 // again, so a strategy is registered in main or TestMain, before
 // reexec.Main (package scenarios/reexec).
 package strategy
@@ -45,6 +45,12 @@ const (
 	// a release's NOTIFY wakes a waiting follower; through PgBouncer it
 	// polls as Fenced does (lease.Fenced.Waits).
 	FencedWait = "fenced-wait"
+	// FencedEpoch is lease.Fenced with Epoch: every token carries the
+	// server's timeline, so tokens keep rising across a promotion that
+	// lost the last grants, and the fence refuses a term of an earlier
+	// timeline (lease.FencedConfig.Epoch). Its token table is its own, so
+	// a run's grants of both kinds never share a row.
+	FencedEpoch = "fenced-epoch"
 )
 
 // LeaseConfig is what a strategy gets to build one replica's lease.
@@ -183,8 +189,26 @@ var strategies = struct {
 		Setup:      func(ctx context.Context, conn *pgx.Conn) error { return lease.MigrateFenced(ctx, conn, fencedTable) },
 		TokenTable: fencedTable,
 	},
-	FencedWait: fencedWait(),
+	FencedWait:  fencedWait(),
+	FencedEpoch: fencedEpoch(),
 }}
+
+// fencedEpochTable is fenced-epoch's token table.
+const fencedEpochTable = "doublerun_epoch_leases"
+
+// fencedEpoch is lease.Fenced with Epoch.
+func fencedEpoch() Strategy {
+	return Strategy{
+		New: func(ctx context.Context, c LeaseConfig) (lease.Lease, error) {
+			return lease.NewFenced(ctx, lease.FencedConfig{DSN: c.DSN, Name: c.Name, Holder: c.Replica, TTL: c.TTL, Logger: c.Logger,
+				Table: fencedEpochTable, Epoch: true, ApplicationName: c.ApplicationName})
+		},
+		Setup: func(ctx context.Context, conn *pgx.Conn) error {
+			return lease.MigrateFenced(ctx, conn, fencedEpochTable)
+		},
+		TokenTable: fencedEpochTable,
+	}
+}
 
 // fencedWait is lease.Fenced with Wait. A follower waits in Acquire for
 // at most the poll interval, as advisory-wait's does.

@@ -110,6 +110,26 @@ func Own(t testing.TB) *stack.Stack {
 	return s
 }
 
+// OwnHA starts a stack with a standby of the test's own (see
+// stack.Options.Replication), in mode, and closes it when the test ends:
+// a failover leaves the pair with one server, so no test can share it. An
+// external stack cannot be failed over, so where the environment names
+// the external provider (the mutation gate's shared stack) it starts a
+// native one.
+func OwnHA(t testing.TB, mode stack.ReplicationMode) *stack.Stack {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	opts := stack.Options{Replication: mode}
+	if stack.Provider(os.Getenv(stack.EnvProvider)) == stack.ProviderExternal {
+		opts.Provider = stack.ProviderNative
+	}
+	s, err := stack.Start(ctx, opts)
+	require.NoError(t, err, "start a stack with a standby of this test's own")
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
 // DB is a database of one test's own, reachable through every endpoint of
 // the shared stack. Through PgBouncer it gets pools of its own, so pool
 // sizes hold per test.
