@@ -68,7 +68,7 @@ func runScenario(t *testing.T, sc Scenario) *Report {
 // runs here alone, and a replica command's keeper too.
 func TestStandsIn(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{strategy.Advisory, strategy.AdvisoryUnguarded, strategy.AdvisoryWait, strategy.Fenced, strategy.FencedWait} {
+	for _, name := range []string{strategy.Advisory, strategy.AdvisoryUnguarded, strategy.AdvisoryWait, strategy.Fenced, strategy.FencedWait, strategy.FencedEpoch} {
 		require.True(t, StandsIn(Scenario{Strategy: name}), name)
 		require.False(t, StandsIn(Scenario{Strategy: name, Replica: &replica.Command{Command: []string{"true"}}}), "%s as a command", name)
 	}

@@ -227,7 +227,7 @@ func fencedWait() Strategy {
 // this binary (reexec.Executable), where a strategy a binary registers
 // itself is known to that binary alone.
 func BuiltIn(name string) bool {
-	return slices.Contains([]string{Advisory, AdvisoryUnguarded, AdvisoryWait, Fenced, FencedWait}, name)
+	return slices.Contains([]string{Advisory, AdvisoryUnguarded, AdvisoryWait, Fenced, FencedWait, FencedEpoch}, name)
 }
 
 // Register makes a lease of the user's own available to scenarios
