@@ -113,7 +113,7 @@ func Summary(cells []CellResult, wall time.Duration) string {
 	}
 	counts := fmt.Sprintf("%d cells, %d matched their expectation, %d did not", len(cells), len(cells)-len(failed), len(failed))
 	if inconclusive > 0 {
-		counts += fmt.Sprintf(" (%d of them INCONCLUSIVE: their runs could not have shown a double-run)", inconclusive)
+		counts += fmt.Sprintf(" (%d of them INCONCLUSIVE: their runs could not have failed)", inconclusive)
 	}
 	fmt.Fprintf(&b, "# Chaos matrix\n\n%s; wall time %s.\n\n", counts, wall.Round(time.Second))
 	b.WriteString(versionsLine(cells))

@@ -93,7 +93,15 @@
 // its target, every replica command's backend arriving through its proxy
 // or a bouncer of the run (the lock watcher's samples of pg_stat_activity
 // by application_name, and the bouncers' SHOW SERVERS and SHOW CLIENTS),
-// and oracle.MinPieces pieces of work on each side of the fault. A
+// oracle.MinPieces pieces of work on each side of the fault, and, for a
+// run judged by its stale writes alone (ExpectFenced) under a fault held
+// to outlast the lease (fault.HeldFor: FREEZE_LEADER, PARTITION_LEADER,
+// DELAY_LEADER, PGBOUNCER_PAUSE), a term newer than every one granted
+// before the fault granted after it began (oracle.ConditionNewerTerm):
+// without one the lease outlasted the fault and no write could have been
+// stale, which is how River's 15s lease passed the matrix's 3s faults.
+// The expectation and the fault's hold reach the oracle as analysis
+// options (Report.Analysis), so `doublerun check` judges by the same. A
 // double-run or an accepted stale write measured on an invalid run still
 // fails it. A replica that exits before the run ends is a replica-stopped
 // event with its exit status and its last line of output. [Verdict] is the

@@ -73,7 +73,8 @@ const (
 // Analysis is the oracle options the report's figures were computed with.
 func (r *Report) Analysis() oracle.Options {
 	return oracle.Options{GapTolerance: time.Duration(r.GapTolerance), OrphanTolerance: time.Duration(r.OrphanTolerance),
-		CheckTimeout: time.Duration(r.CheckTimeout), TTL: r.Scenario.TTL, Commands: r.Scenario.Replica != nil}
+		CheckTimeout: time.Duration(r.CheckTimeout), TTL: r.Scenario.TTL, Commands: r.Scenario.Replica != nil,
+		StaleWritesOnly: r.Scenario.Expect == ExpectFenced, FaultHold: r.Scenario.faultHold()}
 }
 
 // Pieces is the number of pieces of leader work the report's history

@@ -336,6 +336,17 @@ func (s Scenario) FaultSetting() fault.Setting {
 	}
 }
 
+// faultHold is how long s's fault holds the leader out (fault.HeldFor),
+// zero for a fault that acts once and for none: what the oracle's
+// newer-term condition asks of a run judged by its stale writes.
+func (s Scenario) faultHold() time.Duration {
+	f, ok := fault.Lookup(s.Fault)
+	if !ok {
+		return 0
+	}
+	return fault.HeldFor(f, s.FaultSetting())
+}
+
 // Catalog is the built-in scenarios. Issue556 and its fixes are the ones
 // `doublerun repro 556` runs.
 var Catalog = []Scenario{

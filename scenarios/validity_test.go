@@ -102,3 +102,30 @@ exec sleep 600`
 	require.NoError(t, err)
 	requireInconclusive(t, rep, oracle.ConditionStruck, "PARTITION_LEADER on r1's proxies never stalled its work", "DOUBLERUN_LEASE_DSN")
 }
+
+// What the oracle's newer-term condition needs travels in the analysis
+// options a report names, so `doublerun check` judges by the same: a run
+// judged by its stale writes alone (fenced), and how long its fault holds
+// the leader out (a TTL and a half for the held faults, none for a fault
+// that acts once).
+func TestAnalysisCarriesTheExpectationAndTheFaultsHold(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		expect Expectation
+		fault  string
+		ttl    time.Duration
+		stale  bool
+		hold   time.Duration
+	}{
+		{ExpectFenced, fault.FreezeLeader.Name(), 0, true, 3 * time.Second},
+		{ExpectFenced, fault.PgBouncerPause.Name(), 16 * time.Second, true, 24 * time.Second},
+		{ExpectFenced, fault.PostgresRestart.Name(), 0, true, 0},
+		{ExpectFenced, fault.None, 0, true, 0},
+		{ExpectSafe, fault.DelayLeader.Name(), 0, false, 3 * time.Second},
+	} {
+		rep := Report{Scenario: Scenario{Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}, Expect: tc.expect, Fault: tc.fault, TTL: tc.ttl}}
+		opts := rep.Analysis()
+		require.Equal(t, tc.stale, opts.StaleWritesOnly, "%s %s", tc.expect, tc.fault)
+		require.Equal(t, tc.hold, opts.FaultHold, "%s %s", tc.expect, tc.fault)
+	}
+}

@@ -120,6 +120,13 @@ type Options struct {
 	// Commands says the replicas are the user's command, whose backends
 	// the traffic-path condition checks (validity.go).
 	Commands bool
+	// StaleWritesOnly says the run is judged by its accepted stale writes
+	// alone (the expectation fenced), and FaultHold how long its fault
+	// holds the leader out (zero for one that acts once): under such a
+	// fault it could fail only if a newer term was granted after the fault
+	// began (validity.go).
+	StaleWritesOnly bool
+	FaultHold       time.Duration
 }
 
 // Metrics are the figures a run is judged by.

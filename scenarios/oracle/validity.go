@@ -7,11 +7,13 @@ import (
 	"time"
 )
 
-// The validity of a run: whether it could have shown a double-run at all.
-// A run with one contender left, a fault that never reached its target,
-// traffic that bypassed the harness's proxies or too little work on one
-// side of the fault measured nothing it was meant to, whatever its
-// windows say. Like Jepsen's `:valid? :unknown` and etcd's robustness
+// The validity of a run: whether it could have shown a double-run at all,
+// or, judged by its stale writes alone, a stale write. A run with one
+// contender left, a fault that never reached its target, traffic that
+// bypassed the harness's proxies, too little work on one side of the
+// fault or, for a run judged by its stale writes, no newer term granted
+// after the fault measured nothing it was meant to, whatever its windows
+// say. Like Jepsen's `:valid? :unknown` and etcd's robustness
 // tests, which refuse to judge a run below a minimal rate, the verdict of
 // such a run is INCONCLUSIVE (package scenarios). Every condition is
 // computed from the history alone, so `doublerun check` recomputes it.
@@ -22,6 +24,7 @@ const (
 	ConditionStruck     = "fault struck"
 	ConditionPath       = "traffic path"
 	ConditionWork       = "enough work"
+	ConditionNewerTerm  = "newer term"
 )
 
 // MinPieces is the floor of the work condition: pieces of leader work
@@ -103,7 +106,7 @@ const (
 // validity computes the conditions of h.
 func validity(h History, opts Options) Validity {
 	f := faultOf(h)
-	conds := []Condition{contention(h, opts, f), struck(h, opts, f), path(h, opts), enoughWork(h, f)}
+	conds := []Condition{contention(h, opts, f), struck(h, opts, f), path(h, opts), enoughWork(h, f), newerTerm(h, opts, f)}
 	v := Validity{Valid: true, Conditions: conds}
 	for _, c := range conds {
 		v.Valid = v.Valid && c.Holds
@@ -485,5 +488,68 @@ func enoughWork(h History, f faultSpan) Condition {
 		c.Reason = fmt.Sprintf("%d pieces of leader work before %s and %d after, under the floor of %d on each side: the run was too short or too quiet to hold work across it; lengthen \"duration\", or shorten \"poll_interval\" or \"work\"",
 			before, side, after, floor)
 	}
+	return c
+}
+
+// newerTerm: a run judged by its stale writes alone (Options.StaleWritesOnly,
+// the expectation fenced) fails only on an accepted write made under a
+// term older than one granted before it (staleWrites). A fault held to
+// outlast the lease (Options.FaultHold: FREEZE_LEADER, PARTITION_LEADER,
+// DELAY_LEADER, PGBOUNCER_PAUSE) is there to let another replica take
+// the lease while the old holder still has a write to make, so such a
+// run could have failed only if a term newer than every one granted
+// before the fault was granted after it began. Without one the lease
+// outlasted the fault (River's 15s against the matrix's 3s), its holder
+// stayed the only one, and every write was current. Replicas that report
+// no tokens (every grant's token 0) cannot say which term is newer: a
+// piece of work begun after the fault by a replica other than its target
+// stands in for the newer grant.
+//
+// A fault that acts once (a kill, a restart) is not held to outlast the
+// lease: whether the lease moves across it is up to the run (a Postgres
+// restart shorter than the TTL leaves it with its holder), and the
+// table's fenced there allows either outcome (finding 4 in
+// chaos/FINDINGS.md). Such a run without a newer term could not have
+// failed either, but the fix would be a restart held past the TTL, not
+// a verdict the default matrix's fenced/transaction/POSTGRES_RESTART
+// would get in every run whose restart is quick; it holds the condition,
+// and so does a run judged by its double-run too.
+func newerTerm(h History, opts Options, f faultSpan) Condition {
+	c := Condition{Name: ConditionNewerTerm, Holds: true}
+	if !opts.StaleWritesOnly {
+		c.Figure = "judged by its double-run too, not by stale writes alone"
+		return c
+	}
+	if f.none() || opts.FaultHold <= 0 {
+		c.Figure = "no fault held to outlast the lease"
+		return c
+	}
+	began := fmt.Sprintf("%s began at %s (leader %s)", f.name, rel(h, f.at), f.target)
+	var newest int64
+	for _, g := range h.Grants {
+		if g.At.Before(f.at) {
+			newest = max(newest, g.Token)
+		}
+	}
+	tokens := slices.ContainsFunc(h.Grants, func(g Grant) bool { return g.Token != 0 })
+	for _, g := range h.Grants {
+		if tokens && !g.At.Before(f.at) && g.Token > newest {
+			c.Figure = fmt.Sprintf("%s was granted token %d at %s, newer than token %d, the newest before %s", g.Replica, g.Token, rel(h, g.At), newest, began)
+			return c
+		}
+	}
+	for _, iv := range h.Intervals {
+		if !tokens && !iv.Start.Before(f.at) && iv.Replica != f.target {
+			c.Figure = fmt.Sprintf("%s led at %s, after %s; the replicas report no tokens", iv.Replica, rel(h, iv.Start), began)
+			return c
+		}
+	}
+	who := fmt.Sprintf("was granted a term newer than token %d", newest)
+	if !tokens {
+		who = "other than " + f.target + " led"
+	}
+	c.Holds, c.Figure = false, "no newer term after the fault"
+	c.Reason = fmt.Sprintf("no replica %s after %s, held for %s: the lease outlasted the fault, so no write could be stale; hold the fault longer than the lease's own TTL (set the scenario's \"ttl\" to it: the fault holds a TTL and a half)",
+		who, began, opts.FaultHold)
 	return c
 }

@@ -306,12 +306,83 @@ func TestValidityWork(t *testing.T) {
 	require.False(t, run(nil, iv("r1", 1, 500, 550), iv("r1", 1, 900, 950)).Holds)
 }
 
+func TestValidityNewerTerm(t *testing.T) {
+	t.Parallel()
+	// r1 leads under token 1 from before the run; FREEZE_LEADER strikes it
+	// at 300 and heals at 700; r2 works and is granted as each case says.
+	fenced := vopts
+	fenced.StaleWritesOnly, fenced.FaultHold = true, 3*time.Second
+	run := func(opts Options, grants []Grant, ivs ...Interval) Condition {
+		h := History{Start: at(0), End: at(2000), Grants: append([]Grant{{Replica: "r1", Token: 1, At: at(-50)}}, grants...),
+			Intervals: append(steady("r1", 0, 300), ivs...),
+			Events:    append(started("r1", "r2"), ev(EventFault, "r1", "FREEZE_LEADER", 300), ev(EventHealed, "r1", "FREEZE_LEADER", 700))}
+		return condition(t, validity(h, opts), ConditionNewerTerm)
+	}
+	took := []Grant{{Replica: "r2", Token: 2, At: at(300)}}
+	const fix = `: the lease outlasted the fault, so no write could be stale; hold the fault longer than the lease's own TTL (set the scenario's "ttl" to it: the fault holds a TTL and a half)`
+	t.Run("AGrantAtTheFaultCounts", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, Condition{Name: ConditionNewerTerm, Holds: true,
+			Figure: "r2 was granted token 2 at +300ms, newer than token 1, the newest before FREEZE_LEADER began at +300ms (leader r1)"},
+			run(fenced, took, iv("r2", 2, 300, 500)))
+	})
+	t.Run("AGrantBeforeTheFaultIsTheOldTerm", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, Condition{Name: ConditionNewerTerm, Figure: "no newer term after the fault",
+			Reason: "no replica was granted a term newer than token 2 after FREEZE_LEADER began at +300ms (leader r1), held for 3s" + fix},
+			run(fenced, []Grant{{Replica: "r2", Token: 2, At: at(299)}}, iv("r2", 2, 299, 500)))
+	})
+	t.Run("ASameTokenAfterTheFaultIsNoNewerTerm", func(t *testing.T) {
+		t.Parallel()
+		c := run(fenced, []Grant{{Replica: "r2", Token: 1, At: at(400)}}, iv("r2", 1, 400, 500))
+		require.False(t, c.Holds)
+		require.Contains(t, c.Reason, "no replica was granted a term newer than token 1 after")
+	})
+	t.Run("AnOldTermLeadingAfterTheFaultIsNoNewerTerm", func(t *testing.T) {
+		t.Parallel()
+		// r2 was granted token 1 too before the fault (two leaders of
+		// one term): its work after the fault makes no one's write stale.
+		require.False(t, run(fenced, []Grant{{Replica: "r2", Token: 1, At: at(-40)}}, iv("r2", 1, 400, 500)).Holds)
+	})
+	t.Run("WithoutTokensAnotherReplicaLeadingCounts", func(t *testing.T) {
+		t.Parallel()
+		tokenless := func(ivs ...Interval) Condition {
+			h := History{Start: at(0), End: at(2000), Grants: []Grant{{Replica: "r1", At: at(-50)}, {Replica: "r2", At: at(-40)}},
+				Intervals: append(steady("r1", 0, 2000), ivs...),
+				Events:    append(started("r1", "r2"), ev(EventFault, "r1", "FREEZE_LEADER", 300), ev(EventHealed, "r1", "FREEZE_LEADER", 700))}
+			return condition(t, validity(h, fenced), ConditionNewerTerm)
+		}
+		require.Equal(t, Condition{Name: ConditionNewerTerm, Holds: true,
+			Figure: "r2 led at +300ms, after FREEZE_LEADER began at +300ms (leader r1); the replicas report no tokens"}, tokenless(iv("r2", 0, 300, 350)))
+		require.Equal(t, Condition{Name: ConditionNewerTerm, Figure: "no newer term after the fault",
+			Reason: "no replica other than r1 led after FREEZE_LEADER began at +300ms (leader r1), held for 3s" + fix}, tokenless(iv("r2", 0, 299, 350)),
+			"r2's piece began before the fault; r1's own after it do not count")
+	})
+	t.Run("OnlyRunsJudgedByStaleWritesAlone", func(t *testing.T) {
+		t.Parallel()
+		opts := fenced
+		opts.StaleWritesOnly = false
+		require.Equal(t, Condition{Name: ConditionNewerTerm, Holds: true, Figure: "judged by its double-run too, not by stale writes alone"}, run(opts, nil))
+	})
+	t.Run("OnlyFaultsHeldToOutlastTheLease", func(t *testing.T) {
+		t.Parallel()
+		opts := fenced
+		opts.FaultHold = 0
+		require.Equal(t, Condition{Name: ConditionNewerTerm, Holds: true, Figure: "no fault held to outlast the lease"}, run(opts, nil), "a fault that acts once")
+		opts.FaultHold = time.Nanosecond
+		require.False(t, run(opts, nil).Holds)
+		h := History{Start: at(0), End: at(1000), Events: started("r1", "r2"), Intervals: steady("r1", 0, 1000)}
+		require.Equal(t, Condition{Name: ConditionNewerTerm, Holds: true, Figure: "no fault held to outlast the lease"},
+			condition(t, validity(h, fenced), ConditionNewerTerm), "no fault")
+	})
+}
+
 func TestValidity(t *testing.T) {
 	t.Parallel()
 	h := History{Start: at(0), End: at(1000), Events: started("r1", "r2"), Intervals: steady("r1", 0, 1000)}
 	v := validity(h, vopts)
 	require.True(t, v.Valid)
-	require.Len(t, v.Conditions, 4)
+	require.Len(t, v.Conditions, 5)
 	_, failed := v.Failed()
 	require.False(t, failed)
 	require.Equal(t, v, Analyze(h, vopts).Validity, "Analyze reports it")

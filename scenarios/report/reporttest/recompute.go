@@ -21,6 +21,7 @@ type file struct {
 	OrphanTolerance *float64 `json:"orphan_tolerance_ms"`
 	Scenario        struct {
 		Expect  string
+		Fault   string          `json:"fault"`
 		TTL     int64           `json:"ttl"`
 		Replica json.RawMessage `json:"replica"`
 	}

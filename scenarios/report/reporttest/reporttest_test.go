@@ -165,7 +165,22 @@ func whole(rng *rand.Rand, h *oracle.History, grain int) {
 // reportOf is the report a run with history h would write.
 func reportOf(t *testing.T, h oracle.History, expect scenarios.Expectation, gap, orphan time.Duration) []byte {
 	t.Helper()
-	rep := scenarios.Report{Schema: scenarios.ReportSchema, Scenario: scenarios.Scenario{Name: "random", Expect: expect},
+	return reportOfFault(t, h, expect, "", gap, orphan)
+}
+
+// reportOfFault is the report of a run of fault, whose name h's fault
+// and heal events then carry too.
+func reportOfFault(t *testing.T, h oracle.History, expect scenarios.Expectation, fault string, gap, orphan time.Duration) []byte {
+	t.Helper()
+	if fault != "" {
+		h.Events = slices.Clone(h.Events)
+		for i, e := range h.Events {
+			if e.Kind == oracle.EventFault || e.Kind == oracle.EventHealed {
+				h.Events[i].Detail = fault
+			}
+		}
+	}
+	rep := scenarios.Report{Schema: scenarios.ReportSchema, Scenario: scenarios.Scenario{Name: "random", Expect: expect, Fault: fault},
 		GapTolerance: oracle.Duration(gap), OrphanTolerance: oracle.Duration(orphan), CheckTimeout: oracle.Duration(time.Minute), History: h}
 	rep.Metrics = oracle.Analyze(h, rep.Analysis())
 	rep.Verdict = scenarios.Judge(expect, rep.Metrics, rep.Pieces())
@@ -187,7 +202,13 @@ func TestRecomputeAgreesWithTheOracle(t *testing.T) {
 	for trial := range 400 {
 		grain := []int{1, 1000, 10000}[trial%3]
 		h := randomHistory(rng, grain)
-		data := reportOf(t, h, expects[trial%4], time.Duration(rng.IntN(40))*time.Millisecond-5*time.Millisecond,
+		// Every expectation meets a fault held to outlast the lease, one
+		// that acts once, and a history whose faults are unnamed.
+		fault := []string{"", "FREEZE_LEADER", "PGBOUNCER_PAUSE", "KILL_LEADER"}[trial/4%4]
+		if fault != "" && !slices.ContainsFunc(h.Events, func(e oracle.Event) bool { return e.Kind == oracle.EventFault }) {
+			h.Events = append(h.Events, oracle.Event{Kind: oracle.EventFault, Replica: "r1", At: h.Start.Add(h.End.Sub(h.Start) / 8)})
+		}
+		data := reportOfFault(t, h, expects[trial%4], fault, time.Duration(rng.IntN(40))*time.Millisecond-5*time.Millisecond,
 			time.Duration(rng.IntN(30))*time.Millisecond)
 		diffs, err := reporttest.Recompute(data)
 		require.NoError(t, err)
@@ -216,9 +237,19 @@ func TestRecomputeAgreesWithTheOracle(t *testing.T) {
 		if m.FailoverLatency != nil {
 			seen["failover"]++
 		}
+		if c := m.Validity.Conditions[4]; c.Name == oracle.ConditionNewerTerm && strings.HasPrefix(c.Figure, "no newer term") {
+			seen["no newer term"]++
+		} else if strings.Contains(c.Figure, "was granted token") {
+			seen["newer term"]++
+		}
 	}
 	for _, k := range []string{"linearizable yes", "linearizable no", "double-run", "orphaned", "re-entered", "left held", "failover"} {
 		require.Greater(t, seen[k], 20, "%s in %v", k, seen)
+	}
+	// Only the 50 trials judged by stale writes alone under a held fault
+	// judge the newer term.
+	for _, k := range []string{"no newer term", "newer term"} {
+		require.Greater(t, seen[k], 5, "%s in %v", k, seen)
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 // replicas contending through the fault and a TTL after its heal, the
 // fault's own evidence that it struck, every replica command's
 // connections through its proxy or a bouncer, and two pieces of work on
-// each side of the fault (of the middle of a run without one). The
+// each side of the fault (of the middle of a run without one), and, for a
+// run judged by its stale writes alone under a fault held to outlast the
+// lease, a newer term granted after the fault began. The
 // conditions' figures and reasons are the oracle's words, not figures;
 // only whether each holds is recomputed.
 func validity(f file, got figures) bool {
@@ -63,7 +65,7 @@ func validity(f file, got figures) bool {
 			contenders++
 		}
 	}
-	conds := []bool{contenders >= 2, struck(f, fault, target, at), pathHolds(f, ids), workHolds(f, fault, at)}
+	conds := []bool{contenders >= 2, struck(f, fault, target, at), pathHolds(f, ids), workHolds(f, fault, at), newerTermHolds(f, fault, target, at)}
 	valid := true
 	for i, ok := range conds {
 		got["metrics.validity.conditions["+strconv.Itoa(i)+"].holds"] = strconv.FormatBool(ok)
@@ -188,4 +190,37 @@ func workHolds(f file, fault string, at time.Time) bool {
 		}
 	}
 	return before >= floor && after >= floor
+}
+
+// heldFaults are the faults the catalog holds for a TTL and a half, so
+// that a lease with that TTL has certainly expired under them.
+var heldFaults = map[string]bool{"FREEZE_LEADER": true, "PARTITION_LEADER": true, "DELAY_LEADER": true, "PGBOUNCER_PAUSE": true}
+
+// newerTermHolds: a fenced run under a held fault can show an accepted
+// stale write only if some replica was granted, once the fault began, a
+// token above every token granted before it; where every token is 0, only
+// if a replica other than the struck leader worked once it began.
+func newerTermHolds(f file, fault, target string, at time.Time) bool {
+	if f.Scenario.Expect != "fenced" || fault == "" || !heldFaults[f.Scenario.Fault] {
+		return true
+	}
+	h := f.History
+	before, after, anyToken := int64(0), int64(-1), false
+	for _, g := range h.Grants {
+		anyToken = anyToken || g.Token != 0
+		if g.At.Before(at) {
+			before = max(before, g.Token)
+		} else {
+			after = max(after, g.Token)
+		}
+	}
+	if anyToken {
+		return after > before
+	}
+	for _, iv := range h.Intervals {
+		if iv.Replica != target && !iv.Start.Before(at) {
+			return true
+		}
+	}
+	return false
 }
