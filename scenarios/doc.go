@@ -15,7 +15,7 @@
 // # A scenario is data
 //
 // A [Scenario] names a strategy (package scenarios/strategy: advisory,
-// advisory-unguarded, advisory-wait, fenced, fenced-wait, or one
+// advisory-unguarded, advisory-wait, fenced, fenced-wait, fenced-epoch, or one
 // registered with strategy.Register), a topology, the number of replicas, timings, a fault
 // of the catalog (package scenarios/fault) and an expectation. [Catalog]
 // holds the built-in ones; [Issue556] and its fixes are the regression

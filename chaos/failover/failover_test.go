@@ -65,7 +65,7 @@ func TestConfigValidate(t *testing.T) {
 	bad.Faults = []fault.Fault{fault.PartitionLeader}
 	bad.Trials = -1
 	err := bad.Validate()
-	require.ErrorContains(t, err, `unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced, fenced-wait`)
+	require.ErrorContains(t, err, `unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced, fenced-epoch, fenced-wait`)
 	require.ErrorContains(t, err, `fault PARTITION_LEADER: a trial injects only KILL_LEADER, TERMINATE_LEADER_BACKEND, GRACEFUL_HANDOVER`)
 	require.ErrorContains(t, err, "trials -1: need at least 1")
 	require.ErrorContains(t, failover.Config{}.Validate(), "no admin DSN")

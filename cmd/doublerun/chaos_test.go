@@ -174,7 +174,7 @@ func TestReplicaCommandNeedsTheProtocol(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"NoStrategy", []string{"replica"}, "doublerun replica: --strategy is required; one of advisory, advisory-unguarded, advisory-wait, fenced, fenced-wait"},
+		{"NoStrategy", []string{"replica"}, "doublerun replica: --strategy is required; one of advisory, advisory-unguarded, advisory-wait, fenced, fenced-epoch, fenced-wait"},
 		{"NoVariables", []string{"replica", "--strategy", "advisory"}, "doublerun replica: DOUBLERUN_REPLICA_ID is not set: this command is a replica that doublerun run and doublerun chaos start, with the DOUBLERUN_* variables set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,7 +23,7 @@ injected into the leader until another lease call returns Leader, over N
 trials per cell, and prints a Markdown table of p50, p99, max and n per
 topology, strategy and fault (p99 is the nearest rank: with fewer than 100
 trials, the worst). Strategies: advisory, advisory-wait, fenced, fenced-wait
-by default, or any other of the registry (advisory-unguarded).
+by default, or any other of the registry (advisory-unguarded, fenced-epoch).
 Faults: KILL_LEADER (SIGKILL of the leader's process),
 TERMINATE_LEADER_BACKEND (pg_terminate_backend of its backend),
 GRACEFUL_HANDOVER (the leader closes its lease). Topologies: direct

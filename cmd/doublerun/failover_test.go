@@ -24,7 +24,7 @@ func TestFailoverBadInputGetsOneLine(t *testing.T) {
 		{"TooManyTrials", []string{"--trials", "5000"}, "doublerun failover: --trials must be from 1 to 1000, not 5000"},
 		{"TrialsNotANumber", []string{"--trials", "many"}, `doublerun failover: --trials "many" is not a whole number`},
 		{"UnknownStrategy", []string{"--strategy", "advisory,zookeeper"},
-			`doublerun failover: --strategy: unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced, fenced-wait`},
+			`doublerun failover: --strategy: unknown strategy "zookeeper"; valid: advisory, advisory-unguarded, advisory-wait, fenced, fenced-epoch, fenced-wait`},
 		{"UnknownFault", []string{"--fault", "METEOR"},
 			`doublerun failover: --fault: unknown fault "METEOR"; valid: KILL_LEADER, TERMINATE_LEADER_BACKEND, GRACEFUL_HANDOVER`},
 		{"TransactionTopology", []string{"--topology", "transaction"},

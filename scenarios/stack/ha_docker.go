@@ -98,9 +98,22 @@ func (b *dockerBackend) routerHost(ctx context.Context) (string, error) {
 
 func (b *dockerBackend) forwardBouncers(host string, port int) { b.fwdHost, b.fwdPort = host, port }
 
-// kill kills the container with SIGKILL, which ends every process in it
-// at once, and returns when the engine says it has stopped.
+// kill ends every process of the container with SIGKILL, as a machine
+// that dies does, and returns when the engine says it has stopped.
+//
+// A SIGKILL of the container (its first process, the postmaster) alone is
+// not that: the kernel kills the rest of the container only as the
+// postmaster's exit completes, after its files closed, and a backend that
+// saw the postmaster-death pipe close in between told its client
+// "terminating connection due to unexpected postmaster exit" (57P01), seen
+// beside make test (TestKillInAsyncModeLosesWhatTheStandbyNeverReceived).
+// So every other process is killed first, by one kill(-1) inside the
+// container, which spares only its first process, while the postmaster
+// still lives; then the postmaster.
 func (n *dockerNode) kill(ctx context.Context) error {
+	// An image without a shell leaves the first kill undone; the second
+	// still kills the container, as before.
+	_, _, _ = n.ctr.Exec(ctx, []string{"sh", "-c", "kill -KILL -1"})
 	if _, err := n.cli.ContainerKill(ctx, n.ctr.GetContainerID(), client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
 		return fmt.Errorf("docker: kill %s: %w", n.name, err)
 	}
