@@ -331,11 +331,15 @@ func (r *run) running(ids []string) []string {
 }
 
 // workAfterWait bounds how much longer than planned a run measures for
-// the work after its fault that the validity floor asks for: a restarted
-// Postgres behind a transaction pool left a fenced lease a TTL and a
-// second in which it began one piece (chaos, fenced/POSTGRES_RESTART),
-// where the next came a poll later.
-const workAfterWait = 5 * time.Second
+// the work after its fault that the validity floor asks for. The longest
+// wait a healthy run has is PgBouncer's after a Postgres restart: a login
+// that failed while Postgres was down makes every bouncer refuse the pool
+// for server_login_retry, 15 s by default, counted from that login
+// (chaos/FINDINGS.md, finding 4; PgBouncer 1.18 and 1.24 alike once the
+// server refuses the connection, as on the host's network:
+// fenced/transaction/POSTGRES_RESTART began its next piece 14.9 s after
+// the restart, on the docker provider with PgBouncer 1.24). 20 s covers it and a poll, with the TTL added below.
+const workAfterWait = 20 * time.Second
 
 // awaitWorkAfter measures on, for at most workAfterWait and a TTL, until
 // oracle.MinPieces pieces of work began after the fault at faultAt (zero
