@@ -22,15 +22,14 @@ import (
 const SummaryHTMLFile = "summary.html"
 
 // htmlVerdict is how the page names and colours a cell's outcome: ERROR
-// when the cell could not run as designed, else the verdict.
+// when the cell could not run as designed, else the verdict's status, so a
+// run that could not have failed is INCONCLUSIVE on the page as in
+// summary.md, never a FAIL. Caught by TestSummaryHTMLText.
 func htmlVerdict(c CellResult) string {
-	switch {
-	case c.Err != nil || c.Report == nil:
+	if c.Err != nil || c.Report == nil {
 		return "ERROR"
-	case !c.Report.Verdict.Pass:
-		return "FAIL"
 	}
-	return "PASS"
+	return c.Report.Verdict.Status()
 }
 
 // SummaryHTML renders cells as one self-contained page: a grid with a row
@@ -54,7 +53,7 @@ table.grid{border-collapse:collapse;margin-bottom:1.5em}
 .grid th.fault{text-align:left}
 .grid td a{display:block;padding:6px 4px;min-width:5.5em;color:#000;text-decoration:none}
 .grid td.none{background:#fafafa;color:#aaa}
-.PASS{background:#9be29b}.FAIL{background:#f08080}.ERROR{background:#f0c060}
+.PASS{background:#9be29b}.FAIL{background:#f08080}.INCONCLUSIVE{background:#c8c8e8}.ERROR{background:#f0c060}
 .expect{display:block;font-size:10px;color:#333}
 .panel{display:none;border:1px solid #888;padding:.5em 1em;margin:1em 0}
 .panel:target{display:block}
@@ -64,7 +63,7 @@ table.grid{border-collapse:collapse;margin-bottom:1.5em}
 `)
 	fmt.Fprintf(&b, "<h1>Chaos matrix</h1>\n<p>%d cells, %d matched their expectation, %d did not; wall time %s.</p>\n",
 		len(cells), len(cells)-len(failed), len(failed), wall.Round(time.Second))
-	b.WriteString(`<p class="legend"><span class="PASS">PASS</span><span class="FAIL">FAIL</span><span class="ERROR">ERROR: could not run as designed</span> Click a cell for its timeline.</p>` + "\n")
+	b.WriteString(`<p class="legend"><span class="PASS">PASS</span><span class="FAIL">FAIL</span><span class="INCONCLUSIVE">INCONCLUSIVE: could not have failed</span><span class="ERROR">ERROR: could not run as designed</span> Click a cell for its timeline.</p>` + "\n")
 	bySet := map[string][]CellResult{}
 	for _, c := range cells {
 		bySet[c.VersionSet()] = append(bySet[c.VersionSet()], c)

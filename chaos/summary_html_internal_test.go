@@ -53,7 +53,15 @@ func htmlCells() []CellResult {
 		htmlCell(strategy.Advisory, scenarios.Pinned, fault.KillLeader.Name(), 2, true, false, nil),
 		htmlCell(strategy.Fenced, scenarios.Transaction, fault.FreezeLeader.Name(), 3, true, true, nil),
 		htmlCell(strategy.Fenced, scenarios.Direct, fault.KillLeader.Name(), 2, false, false, errors.New("replica r2 failed")),
+		couldNotFail(htmlCell(strategy.Fenced, scenarios.Pinned, fault.KillLeader.Name(), 2, false, false, nil)),
 	}
+}
+
+// couldNotFail marks c's run as one that could not have failed.
+func couldNotFail(c CellResult) CellResult {
+	c.Report.Verdict.Inconclusive = true
+	c.Report.Verdict.Reason = "contention: 1 of 2 replicas alive through the fault"
+	return c
 }
 
 // TestSummaryHTMLText checks the page's text: a cell per result with its
@@ -67,11 +75,13 @@ func TestSummaryHTMLText(t *testing.T) {
 		require.Contains(t, page, `data-cell="`+c.Scenario.Name+`" data-verdict="`+htmlVerdict(c)+`"`)
 	}
 	require.Contains(t, page, `href="advisory/transaction/none/report.md"`)
-	require.Equal(t, 4, strings.Count(page, "<svg "), "a timeline per cell that ran")
+	require.Equal(t, 5, strings.Count(page, "<svg "), "a timeline per cell that ran")
 	require.NotRegexp(t, regexp.MustCompile(`(?i)(src|href)="(https?:)?//`), page, "the page must work with no network")
 	require.Equal(t, "ERROR", htmlVerdict(cells[4]))
 	require.Equal(t, "FAIL", htmlVerdict(cells[1]))
 	require.Equal(t, "PASS", htmlVerdict(cells[0]))
+	require.Equal(t, "INCONCLUSIVE", htmlVerdict(cells[5]), "a run that could not have failed is no FAIL")
+	require.Contains(t, page, `<span class="INCONCLUSIVE">`, "the legend names the third verdict")
 	off := SummaryHTML(cells, time.Minute, func(CellResult) string { return "pg17-pgbouncer1.24" })
 	require.Contains(t, off, `href="pg17-pgbouncer1.24/advisory/transaction/none/report.md"`)
 }
@@ -164,7 +174,7 @@ func TestSummaryHTMLRendersInChromium(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(strings.ReplaceAll(string(m[1]), "&quot;", `"`)), &got))
 
 	require.Empty(t, got.Error, "the probe failed")
-	colours := map[string]string{"PASS": "rgb(155, 226, 155)", "FAIL": "rgb(240, 128, 128)", "ERROR": "rgb(240, 192, 96)"}
+	colours := map[string]string{"PASS": "rgb(155, 226, 155)", "FAIL": "rgb(240, 128, 128)", "ERROR": "rgb(240, 192, 96)", "INCONCLUSIVE": "rgb(200, 200, 232)"}
 	require.Len(t, got.Cells, len(cells), "a rendered cell per result")
 	for _, c := range cells {
 		want := htmlVerdict(c)
