@@ -200,12 +200,15 @@ func mustJSON(t *testing.T, v any) []byte {
 // Replicas that ignore SIGTERM are killed at the one deadline the grace
 // period sets, every one of them (a deadline that fired for the first
 // alone left the second running until its own end; one per replica would
-// kill the second a whole grace later), and the run ends within half a
-// grace more: the kills, their events, the history's load and the report
-// took 0.26 to 0.38 s past the grace in four runs at load average 24, and
-// 1.07 s beside two CPU hogs and make test's other packages, where a
-// bound of one second failed. (Both replicas say they lead, so the
-// verdict is a double-run; it is beside the point here.)
+// kill the second a whole grace later), and the run then ends without
+// waiting for anything a grace long. What follows the last kill (the
+// events, the watchers' stop, the history's load from the oracle server
+// and the report) took 0.26 to 0.38 s in four runs at load average 24,
+// 1.07 s beside two CPU hogs and make test's other packages, and 2.2 s at
+// load average 16 beside a full mutation gate, with both kills on time
+// (4.08 and 4.09 s): that work is CPU, not a wait, so the bound on it is
+// the grace, the length of the wait it must not add. (Both replicas say
+// they lead, so the verdict is a double-run; it is beside the point here.)
 func TestStopKillsEveryReplicaAtOneDeadline(t *testing.T) {
 	t.Parallel()
 	const grace = 4 * time.Second
@@ -229,14 +232,18 @@ func TestStopKillsEveryReplicaAtOneDeadline(t *testing.T) {
 	}
 	require.False(t, end.IsZero())
 	require.Len(t, killed, 2, "both replicas were killed: %v", rep.History.Events)
+	var last time.Time
 	for id, at := range killed {
 		require.GreaterOrEqual(t, at.Sub(end), grace, "%s was killed before its grace ended", id)
 		require.Less(t, at.Sub(end), grace+grace/2, "%s was killed late", id)
+		if at.After(last) {
+			last = at
+		}
 	}
 	// The oracle's clock is this machine's: the native provider, or a
 	// container on it.
-	t.Logf("killed %s after the measurement's end, run returned after %s", killedAfter(killed, end), returned.Sub(end))
-	require.Less(t, returned.Sub(end), grace+grace/2, "the run ended %s after the measurement", returned.Sub(end))
+	t.Logf("killed %s after the measurement's end, run returned %s after the last kill", killedAfter(killed, end), returned.Sub(last))
+	require.Less(t, returned.Sub(last), grace, "the run ended %s after its last kill", returned.Sub(last))
 }
 
 // killedAfter is how long after end each replica was killed.
