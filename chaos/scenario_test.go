@@ -242,7 +242,14 @@ func TestFaultsInScenarios(t *testing.T) {
 		{"fenced", tx, "DELAY_LEADER", func(t *testing.T, rep *scenarios.Report) {
 			require.Contains(t, chaosEvents(rep), "delay removed")
 		}},
-		{"fenced", tx, "PGBOUNCER_PAUSE", func(t *testing.T, rep *scenarios.Report) {
+		// On the pinned topology the pause stalls the old leader's work
+		// but not the lease, so the lease fails over while its write
+		// waits: a newer term every time (3 of 3 runs, each with its
+		// stale write rejected). Through the transaction pool the pause
+		// holds the lease's calls too, and whether the old leader or
+		// the follower is served first after RESUME is a race: 1 run in
+		// 5 had no newer term and was rightly INCONCLUSIVE.
+		{"fenced", pinned, "PGBOUNCER_PAUSE", func(t *testing.T, rep *scenarios.Report) {
 			require.Contains(t, chaosEvents(rep), "took hold")
 			require.Contains(t, chaosEvents(rep), "RESUME")
 		}},
