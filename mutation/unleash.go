@@ -108,7 +108,7 @@ func Unleash(ctx context.Context, o UnleashOptions) (Report, error) {
 		return Report{}, ctx.Err()
 	}
 	if err != nil {
-		return Report{}, fmt.Errorf("gremlins on ./%s: %v: %s", o.Package, err, lastLines(out.String(), 5))
+		return Report{}, fmt.Errorf("gremlins on ./%s: %v: %s", o.Package, err, failureLines(out.String(), 5))
 	}
 	r, err := readReport(o.Output, readOptions{allowEmpty: true, dryRun: o.DryRun})
 	if err != nil {
@@ -140,6 +140,26 @@ func writeGitShim(dir string, diff []byte) (string, error) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// failureLines says why gremlins failed from its output: the lines of go
+// test's failure report (each failed test, its assertions' errors and
+// messages, and any panic), so that a test failing in the unmutated run is
+// named, followed by the last n lines. gremlins prints go test's output
+// of that run whole, and its last lines alone name only the package.
+// Caught by TestFailureLinesNameTheFailedTest.
+func failureLines(s string, n int) string {
+	var why []string
+	for _, l := range strings.Split(s, "\n") {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "Error:") || strings.HasPrefix(t, "Messages:") || strings.HasPrefix(t, "panic:") {
+			why = append(why, t)
+		}
+	}
+	if last := lastLines(s, n); last != "" {
+		why = append(why, last)
+	}
+	return strings.Join(why, " / ")
+}
 
 // lastLines returns the last n non-empty lines of s, joined by " / ".
 func lastLines(s string, n int) string {

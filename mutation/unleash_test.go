@@ -58,3 +58,25 @@ func TestUnleashRunsTheSelectedLinesOnly(t *testing.T) {
 	_, err = Unleash(t.Context(), UnleashOptions{Gremlins: bin, Root: root, Package: "clamp", Config: config, Output: out, Selection: Selection{}})
 	require.ErrorIs(t, err, ErrNothingSelected)
 }
+
+// TestFailureLinesNameTheFailedTest: when gremlins stops because the
+// package's tests fail unmutated, the error names the failed test and its
+// assertion, not only the package's last lines.
+func TestFailureLinesNameTheFailedTest(t *testing.T) {
+	out := `coverage: 96.6% of statements
+--- FAIL: TestComplete (0.00s)
+    --- FAIL: TestComplete/StalledWorkerDoesNotHoldOffTheNextLeader (1.85s)
+        commit_test.go:138:
+            	Error Trace:	commit_test.go:138
+            	Error:      	Should not be: 2
+            	Messages:   	nobody else holds the lease
+FAIL
+FAIL	github.com/doublerun/doublerun/worker	27.299s
+ERROR: failed to gather coverage: impossible to executeCov
+`
+	got := failureLines(out, 2)
+	require.Equal(t, "--- FAIL: TestComplete (0.00s) / --- FAIL: TestComplete/StalledWorkerDoesNotHoldOffTheNextLeader (1.85s) / "+
+		"Error:      \tShould not be: 2 / Messages:   \tnobody else holds the lease / "+
+		"FAIL\tgithub.com/doublerun/doublerun/worker\t27.299s / ERROR: failed to gather coverage: impossible to executeCov", got)
+	require.Equal(t, "a / b", failureLines("a\nb\n", 5), "without a failure report, the last lines")
+}
