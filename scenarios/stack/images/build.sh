@@ -179,6 +179,10 @@ for s in "${stale[@]}"; do
 done
 if [ -n "$needs_base" ]; then
   [ "$(id -u)" = 0 ] || die "building the base images needs root (debootstrap and chroot); rerun with sudo, or use DOUBLERUN_PROVIDER=native"
+  # debootstrap and chroot live in the sbin directories, which a PATH set
+  # for an unprivileged shell (or by env -i) leaves out: the package this
+  # installs would not be found.
+  export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
   if ! command -v debootstrap >/dev/null; then
     command -v apt-get >/dev/null || die "debootstrap not found; install it"
     log "installing debootstrap with apt-get"
