@@ -250,7 +250,7 @@ func (r *run) finish(ctx context.Context, start time.Time) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.Locks, h.Backends = locks, r.lockWatch.backends()
+	h.Locks, h.Backends, h.PathWatched = locks, r.lockWatch.backends(), r.lockWatch.pathWatched()
 	return r.report(h, oracle.Analyze(h, r.analysis())), nil
 }
 

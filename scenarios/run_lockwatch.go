@@ -53,8 +53,7 @@ type lockWatch struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 
-	// paths samples the replica commands' backends; nil for built-in
-	// replicas.
+	// paths samples the replicas' backends, built-in or a command's.
 	paths *pathWatch
 }
 
@@ -68,9 +67,11 @@ func (r *run) watchLock(ctx context.Context) {
 	if !r.leaseEP.Direct() {
 		w.adminDSN = r.leaseEP.AdminDSN
 	}
-	if r.sc.Replica != nil {
-		w.paths = newPathWatch(r)
-	}
+	// Every replica's backends, a built-in replica's too: the runner
+	// gives it the proxies' DSNs, and this shows that its traffic took
+	// them. Caught by TestIssue556Reproduces and TestIssue556PinnedFixHolds
+	// (requirePathMeasured).
+	w.paths = newPathWatch(r)
 	ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	w.done.Add(1)
 	go func() {
@@ -115,8 +116,11 @@ func (w *lockWatch) stop(ctx context.Context) []oracle.LockSample {
 	return w.samples
 }
 
-// backends is every replica command's backend the watch saw, with its
-// path; nil for built-in replicas. Call it after stop.
+// pathWatched says the replicas' backends were sampled.
+func (w *lockWatch) pathWatched() bool { return w != nil && w.paths != nil }
+
+// backends is every replica's backend the watch saw, with its path. Call
+// it after stop.
 func (w *lockWatch) backends() []oracle.Backend {
 	if w == nil || w.paths == nil {
 		return nil

@@ -21,7 +21,7 @@ import (
 )
 
 // pathWatchEvery is how many lock samples apart the lock watch samples
-// the replica commands' backends: every 100ms, often enough to see a
+// the replicas' backends: every 100ms, often enough to see a
 // connection that lives for a few of a replica's cycles.
 const pathWatchEvery = 5
 
@@ -32,7 +32,7 @@ const pathWatchEvery = 5
 // login, a moment after pg_stat_activity shows the backend.
 const pathSettle = 5
 
-// pathWatch classifies each backend of a replica command (by its
+// pathWatch classifies each backend of a replica (by its
 // application_name, pg_stat_activity) by the path it arrived by, the
 // traffic-path condition's evidence (oracle.Validity).
 type pathWatch struct {

@@ -107,7 +107,7 @@ func (r *run) proxy(replica, role, dsn string) (string, error) {
 }
 
 func (r *run) startReplica(_ context.Context, spec replica.Spec) error {
-	cmd, err := spec.ChildCommand(r.exe)
+	cmd, err := spec.Named().ChildCommand(r.exe)
 	if err != nil {
 		return err
 	}

@@ -76,10 +76,33 @@ func TestStandsIn(t *testing.T) {
 	require.False(t, StandsIn(Scenario{Strategy: byoLockStrategy}))
 }
 
+// requirePathMeasured asserts that the run watched its built-in replicas'
+// backends and saw every replica's arrive through its proxy or a bouncer
+// of the run: the traffic-path condition measured, not assumed.
+func requirePathMeasured(t *testing.T, rep *Report) {
+	t.Helper()
+	require.True(t, rep.History.PathWatched, "the runner watched the replicas' backends")
+	var path oracle.Condition
+	for _, c := range rep.Metrics.Validity.Conditions {
+		if c.Name == oracle.ConditionPath {
+			path = c
+		}
+	}
+	require.True(t, path.Holds, path.Reason)
+	require.Contains(t, path.Figure, " connections of 2 replicas, all through their proxies or the run's bouncers")
+	seen := map[string]bool{}
+	for _, b := range rep.History.Backends {
+		require.Contains(t, []string{oracle.ViaProxy, oracle.ViaPgBouncer, oracle.ViaUnverified}, b.Via, "%+v", b)
+		seen[b.Replica] = true
+	}
+	require.Equal(t, map[string]bool{"r1": true, "r2": true}, seen, "a backend of each replica")
+}
+
 func TestIssue556Reproduces(t *testing.T) {
 	t.Parallel()
 	rep := runScenario(t, Issue556)
 	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
+	requirePathMeasured(t, rep)
 	require.Positive(t, rep.Metrics.DoubleRun.Total, "two leaders at once")
 	require.Equal(t, 2, rep.Metrics.MaxConcurrentLeaders)
 	pid, who := rep.SharedBackend()
@@ -92,6 +115,7 @@ func TestIssue556PinnedFixHolds(t *testing.T) {
 	t.Parallel()
 	rep := runScenario(t, Issue556Pinned)
 	require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
+	requirePathMeasured(t, rep)
 	require.Zero(t, rep.Metrics.DoubleRun.Total)
 	require.Equal(t, 1, rep.Metrics.MaxConcurrentLeaders)
 	require.Positive(t, rep.Metrics.Writes, "the leader's work went through the transaction pool")

@@ -83,10 +83,14 @@ type History struct {
 	// Locks are the runner's samples of the lease's advisory lock, kept
 	// when they change; empty for a lease that holds none.
 	Locks []LockSample `json:"locks,omitempty"`
-	// Backends are the replica commands' server connections the runner
-	// saw, with the path each arrived by (validity.go); empty for
-	// built-in replicas.
+	// Backends are the replicas' server connections the runner saw, with
+	// the path each arrived by (validity.go).
 	Backends []Backend `json:"backends,omitempty"`
+	// PathWatched says the runner sampled every replica's backends, the
+	// built-in replicas' too; a report written before it did has only a
+	// replica command's, and the traffic-path condition of its built-in
+	// replicas held by construction.
+	PathWatched bool `json:"path_watched,omitempty"`
 	// TokenOps are every grant and renewal of the lease's token, as the
 	// server recorded them in the statements that made them
 	// (RecordTokens); empty for a strategy whose token table is unknown.
@@ -118,7 +122,9 @@ type Options struct {
 	// until a TTL after the fault healed (validity.go).
 	TTL time.Duration
 	// Commands says the replicas are the user's command, whose backends
-	// the traffic-path condition checks (validity.go).
+	// the traffic-path condition checks in every report (validity.go);
+	// built-in replicas' are checked where the history was watched
+	// (History.PathWatched).
 	Commands bool
 	// StaleWritesOnly says the run is judged by its accepted stale writes
 	// alone (the expectation fenced), and FaultHold how long its fault

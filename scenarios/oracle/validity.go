@@ -215,12 +215,16 @@ func rel(h History, t time.Time) string {
 	return "+" + d.String()
 }
 
-// path: every backend of a replica command arrived through its proxy or a
-// bouncer of the run. Built-in replicas dial what the runner gives them;
-// a command may dial its own database URL, which no fault reaches.
+// path: every backend of a replica arrived through its proxy or a bouncer
+// of the run. A command may dial its own database URL, which no fault
+// reaches; a built-in replica dials what the runner gives it, and the
+// runner checks that it did as it checks a command's. Only a report
+// written before the runner watched built-in replicas' backends
+// (History.PathWatched) keeps its old figure, so that `doublerun check`
+// still agrees with it.
 func path(h History, opts Options) Condition {
 	c := Condition{Name: ConditionPath}
-	if !opts.Commands {
+	if !opts.Commands && !h.PathWatched {
 		c.Holds, c.Figure = true, "built-in replicas dial the proxies the runner gives them"
 		return c
 	}

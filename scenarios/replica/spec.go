@@ -32,9 +32,22 @@ type Spec struct {
 	// its commit acknowledged (oracle.Ack), on a stack with a standby,
 	// whose failover may lose it.
 	Acks bool `json:"acks,omitempty"`
-	// AppName is DOUBLERUN_APPLICATION_NAME for a built-in lease run as
-	// a replica command; empty in the runner's own replicas.
+	// AppName is the lease connection's application_name: the protocol's
+	// DOUBLERUN_APPLICATION_NAME for a built-in lease run as a replica
+	// command, and the same name in the runner's own replicas (Named).
 	AppName string `json:"app_name,omitempty"`
+}
+
+// Named is spec with its replica's application_name (fault.AppName) on
+// its lease and work connections, as the protocol gives a command's: the
+// runner tells a replica's backends by it, for the traffic-path condition
+// and for the faults that pick a backend.
+func (spec Spec) Named() Spec {
+	name := fault.AppName(spec.Replica)
+	spec.AppName = name
+	spec.LeaseDSN = withAppName(spec.LeaseDSN, name)
+	spec.WorkDSN = withAppName(spec.WorkDSN, name)
+	return spec
 }
 
 // childName is the name under which a built-in replica is this binary

@@ -67,7 +67,8 @@ type history struct {
 	Backends []struct {
 		Replica, Via string
 	}
-	TokenOps []struct {
+	PathWatched bool `json:"path_watched"`
+	TokenOps    []struct {
 		Kind, Replica string
 		Token         int64
 		Call, Return  time.Time

@@ -111,6 +111,15 @@ func randomHistory(rng *rand.Rand, grain int) oracle.History {
 		h.TokenOps = append(h.TokenOps, h.TokenOps[rng.IntN(len(h.TokenOps))])
 		h.TokenOps[len(h.TokenOps)-1].Kind = oracle.TokenGrant
 	}
+	// The replicas' backends as the runner watched them, in most
+	// histories: each replica's seen through its path, one around it, or
+	// one never seen.
+	if h.PathWatched = rng.IntN(4) > 0; h.PathWatched {
+		vias := []string{oracle.ViaProxy, oracle.ViaPgBouncer, oracle.ViaUnverified, oracle.ViaProxy, oracle.ViaOther}
+		for _, r := range replicas[:2+rng.IntN(2)] {
+			h.Backends = append(h.Backends, oracle.Backend{At: h.Start, Replica: r, PID: int32(100 + rng.IntN(50)), Via: vias[rng.IntN(len(vias))]})
+		}
+	}
 	return h
 }
 
@@ -237,13 +246,18 @@ func TestRecomputeAgreesWithTheOracle(t *testing.T) {
 		if m.FailoverLatency != nil {
 			seen["failover"]++
 		}
+		if c := m.Validity.Conditions[2]; c.Name == oracle.ConditionPath && !c.Holds {
+			seen["path around"]++
+		} else if rep.History.PathWatched {
+			seen["path watched"]++
+		}
 		if c := m.Validity.Conditions[4]; c.Name == oracle.ConditionNewerTerm && strings.HasPrefix(c.Figure, "no newer term") {
 			seen["no newer term"]++
 		} else if strings.Contains(c.Figure, "was granted token") {
 			seen["newer term"]++
 		}
 	}
-	for _, k := range []string{"linearizable yes", "linearizable no", "double-run", "orphaned", "re-entered", "left held", "failover"} {
+	for _, k := range []string{"linearizable yes", "linearizable no", "double-run", "orphaned", "re-entered", "left held", "failover", "path around", "path watched"} {
 		require.Greater(t, seen[k], 20, "%s in %v", k, seen)
 	}
 	// Only the 50 trials judged by stale writes alone under a held fault
