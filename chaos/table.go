@@ -158,7 +158,7 @@ var table = Table{
 				strategy.Fenced:            {direct: fenc, session: fenc, tx: fenc, pinned: fenc, alias: fenc},
 			}},
 		fault.PgBouncerPause.Name(): {
-			Why: "PAUSE never takes hold in session pooling while a lease keeps its session (finding 9); on pinned and alias it stalls the work but not the lease, so the fenced lease fails over while the old leader's write waits",
+			Why: "PAUSE never takes hold in session pooling while a lease keeps its session (finding 9); on pinned and alias it stalls the work but not the lease, so the fenced lease fails over while the old leader's write waits; through the transaction pool it holds the fenced lease's calls too, its term expires under the pause, and a new term is granted after RESUME, since an expired term is not renewed (finding 15)",
 			Rows: map[string]Row{
 				strategy.Advisory:          {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},
 				strategy.AdvisoryUnguarded: {session: safe, tx: repr, tx2: orph, tx4: orph, pinned: safe, alias: safe},

@@ -28,6 +28,32 @@ func newFencedOn(t testing.TB, ep stack.Endpoint, table, holder string, epoch bo
 	return f
 }
 
+// A term that expired on the server is not renewed, even by its holder
+// and with nobody else holding it: the next poll takes a new term with a
+// higher token, so that the fence refuses what the holder's expired term
+// had on its way. Both the plain and the epoch lease.
+func TestFencedExpiredTermIsNotRenewed(t *testing.T) {
+	t.Parallel()
+	for _, epoch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Plain", true: "Epoch"}[epoch], func(t *testing.T) {
+			t.Parallel()
+			db := stacktest.NewDB(t)
+			ctx := testCtx(t)
+			// A TTL far longer than the test: only the UPDATE below ends
+			// the term.
+			l := newFencedOn(t, db.Postgres, "expiry_leases", "a", epoch, withTTL(time.Hour))
+			held := mustTry(t, ctx, l)
+			require.Equal(t, Leader, held.Status)
+			require.Equal(t, held, mustTry(t, ctx, l), "an unexpired term is renewed as it is")
+			_, err := stacktest.Connect(t, db.Postgres).Exec(ctx, "UPDATE expiry_leases SET expires_at = clock_timestamp() - interval '1 millisecond'")
+			require.NoError(t, err)
+			again := mustTry(t, ctx, l)
+			require.Equal(t, Leader, again.Status, "nobody else holds it, so the holder takes it again")
+			require.Greater(t, again.Term.Token, held.Term.Token, "as a new term, not the expired one revived")
+		})
+	}
+}
+
 func TestFencedEpoch(t *testing.T) {
 	t.Parallel()
 

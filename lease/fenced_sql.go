@@ -25,11 +25,19 @@ const (
 	expires_at timestamptz NOT NULL,
 	UNIQUE (name, token)
 )`
-	// Renew only the exact term. Caught by
+	// Renew only the exact term, and only while it lasts. Caught by
 	// TestFenced/RenewsOnlyItsExactTerm/OtherHolderSameToken and
 	// TestFenced/RenewsOnlyItsExactTerm/SameHolderOlderToken.
+	//
+	// A term that expired on the server is over even if nobody took it:
+	// its holder had stopped trusting it, so work it abandoned may still
+	// be on its way (a statement queued in a paused PgBouncer, bytes held
+	// in a slow network). Its next poll takes a new term, whose token the
+	// fence tells from the abandoned work's, instead of reviving the old
+	// one, in which the fence could not. Caught by
+	// TestFencedExpiredTermIsNotRenewed.
 	fencedRenewSQL = `UPDATE %s SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond'
-WHERE name = $1 AND holder = $2 AND token = $3
+WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
 RETURNING token`
 	// Take the lease only when it is free (never granted) or expired; every
 	// grant raises the token.
@@ -76,11 +84,12 @@ RETURNING token`
 	// moved it. The token changes, a key column, so that one renewal
 	// waits for the fenced writes open on the row. Caught by
 	// TestFencedEpochAcrossALossyFailover and
-	// TestFencedEpoch/RenewsOnlyItsExactTerm.
+	// TestFencedEpoch/RenewsOnlyItsExactTerm. Only while the term lasts,
+	// as above: caught by TestFencedExpiredTermIsNotRenewed.
 	fencedEpochRenewSQL = `UPDATE %[1]s AS l SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond',
 token = greatest(l.token, e.first)
 FROM (SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint << 32) + 1 AS first) e
-WHERE l.name = $1 AND l.holder = $2 AND l.token = $3
+WHERE l.name = $1 AND l.holder = $2 AND l.token = $3 AND clock_timestamp() < l.expires_at
 RETURNING l.token`
 	// epochFirstSQL is the first token of the server's timeline,
 	// timeline << 32 | 1. The timeline is the first 8 hex digits of the

@@ -90,7 +90,7 @@
 // (oracle.Validity, in metrics.validity) are computed from the history:
 // two replicas alive from the fault to its heal plus a TTL (over the whole
 // run without a fault), the fault family's own evidence that it struck
-// its target, every replica command's backend arriving through its proxy
+// its target, every replica's backend (built-in or a command's) arriving through its proxy
 // or a bouncer of the run (the lock watcher's samples of pg_stat_activity
 // by application_name, and the bouncers' SHOW SERVERS and SHOW CLIENTS),
 // oracle.MinPieces pieces of work on each side of the fault, and, for a
@@ -160,8 +160,10 @@
 //	                    one before each change, token_ops[] {kind ("grant"
 //	                    or "renewal"), replica, token, call, return},
 //	                    backends[] {at, replica, pid, client, via ("proxy",
-//	                    "pgbouncer", "unverified" or "other")}: replica
-//	                    commands' connections and the path they came by
+//	                    "pgbouncer", "unverified" or "other")}: the
+//	                    replicas' connections and the path they came by,
+//	                    path_watched: whether built-in replicas' were
+//	                    watched too (false in reports written before)
 //
 // oracle.Analyze(report.history, report.Analysis()) recomputes every
 // figure in metrics, and Judge the verdict; `doublerun check` does both
