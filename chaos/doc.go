@@ -57,6 +57,12 @@
 //
 //	safe                   no double-run and no accepted stale write
 //	reproduces             a double-run must appear (a known limitation)
+//	regresses              a token regression must appear: the plain
+//	                       fence across a promotion that lost its last
+//	                       grant (a failover that lost none is
+//	                       INCONCLUSIVE)
+//	unmeasured             a failover fault applies, and its cells were
+//	                       not measured on the topology: no cell
 //	fenced                 double-runs allowed, no accepted stale write
 //	reproduces-or-orphans  a double-run or an orphaned lock must appear
 //	-                      the fault does not apply
@@ -67,6 +73,22 @@
 //	                       with Wait refuses a transaction-pooled endpoint;
 //	                       scenarios.Scenario.Validate rejects the scenario
 //	                       with that reason before any replica starts)
+//
+// # Failover cells
+//
+// The failover faults (PRIMARY_FAILOVER, PRIMARY_FAILOVER_LOSSY,
+// SWITCHOVER) need a stack with a standby. Their blocks name the mode
+// their cells run on (Block.Standby, shown beside the fault below and in
+// the summary): sync for PRIMARY_FAILOVER and SWITCHOVER, where nothing
+// acknowledged is lost, async for the lossy one, which loses the last
+// grant on purpose. They hold a row for fenced-epoch (StandbyStrategies),
+// the fenced lease whose tokens carry the server's timeline: it holds
+// where the plain fence's token goes back, and under the other faults it
+// is the plain fence again, so it has no row there ("-"). [Matrix] has
+// none of these cells; [StandbyMatrix] has them, and `doublerun chaos
+// --standby` (make chaos CHAOS_STANDBY=1) adds them after the others,
+// each mode on a stack of its own that every cell fails over and the next
+// rebuilds (stack.RebuildStandby): slow, half a minute or more a cell.
 //
 // The expectations come from measured runs (FINDINGS.md). The rule:
 // reproduces where every run showed a double-run; safe where none ever did
