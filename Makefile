@@ -83,9 +83,10 @@ CHAOS_SHARD ?=
 ## CHAOS_POOL_SIZES=1,2,4 runs each pooled cell at those pool sizes) on the
 ## newest version set (CHAOS_VERSIONS=pg15-pgbouncer1.18, or all for one
 ## stack per set); CHAOS_SHARD=i/n runs a slice, and
-## `doublerun chaos merge DIR...` joins the slices' reports.
+## `doublerun chaos merge DIR...` joins the slices' reports. CHAOS_STANDBY=1 adds the
+## failover faults' cells, each standby mode on a stack of its own (slow).
 chaos:
-	$(GO) run ./cmd/doublerun chaos --out reports/chaos --versions "$(CHAOS_VERSIONS)" $(if $(CHAOS_SHARD),--shard $(CHAOS_SHARD))
+	$(GO) run ./cmd/doublerun chaos --out reports/chaos --versions "$(CHAOS_VERSIONS)" $(if $(CHAOS_SHARD),--shard $(CHAOS_SHARD)) $(if $(filter 1 true,$(CHAOS_STANDBY)),--standby)
 
 FAILOVER_TRIALS ?= 20
 FAILOVER_FLAGS ?=

@@ -44,6 +44,10 @@ type Cell struct {
 	// its stack's servers make it up; "" reads the table's own columns,
 	// measured on pg15-pgbouncer1.18. RunSets sets it.
 	Versions string
+	// Standby is the replication mode of the standby the cell's stack
+	// has: its fault's block's (Block.Standby), which StandbyMatrix sets;
+	// empty for one Postgres.
+	Standby stack.ReplicationMode
 }
 
 // poolSize is c's pool size where it means something and is above one,
@@ -76,8 +80,12 @@ func (c Cell) Name() string {
 func (c Cell) Scenario() (scenarios.Scenario, error) { return table.scenario(c) }
 
 func (t Table) scenario(c Cell) (scenarios.Scenario, error) {
-	if !slices.Contains(Strategies, c.Strategy) {
-		return scenarios.Scenario{}, fmt.Errorf("unknown strategy %q; valid: %s", c.Strategy, strings.Join(Strategies, ", "))
+	valid := Strategies
+	if c.Standby != "" {
+		valid = StandbyStrategies
+	}
+	if !slices.Contains(valid, c.Strategy) {
+		return scenarios.Scenario{}, fmt.Errorf("unknown strategy %q; valid: %s", c.Strategy, strings.Join(valid, ", "))
 	}
 	topology := scenarios.Topology{Kind: c.Topology, PoolSize: c.poolSize()}
 	described := string(c.Topology)
@@ -90,6 +98,10 @@ func (t Table) scenario(c Cell) (scenarios.Scenario, error) {
 		Strategy:    c.Strategy,
 		Topology:    topology,
 		Fault:       c.Fault,
+		Standby:     c.Standby,
+	}
+	if c.Standby != "" {
+		sc.Description += fmt.Sprintf(", %s standby", c.Standby)
 	}
 	e, inTable := t.Expect(c)
 	sc.Expect = e.Expect
@@ -133,16 +145,27 @@ func CellDuration(sc scenarios.Scenario) time.Duration {
 // scenarios.Topologies when none is given), with a pool of one:
 // strategies × topologies × (no fault and every fault), ordered by
 // topology, strategy and fault.
-func Matrix(topologies ...scenarios.TopologyKind) []Cell {
+//
+// The failover faults' cells are not among them: StandbyMatrix has them.
+func Matrix(topologies ...scenarios.TopologyKind) []Cell { return table.cells(false, topologies) }
+
+// cells are t's cells on topologies (every one when none is given), of
+// the blocks with a standby or of those without, ordered by topology,
+// strategy (StandbyStrategies order) and fault.
+func (t Table) cells(standby bool, topologies []scenarios.TopologyKind) []Cell {
 	if len(topologies) == 0 {
 		topologies = scenarios.Topologies
 	}
 	var out []Cell
 	for _, topo := range topologies {
-		for _, strategy := range Strategies {
+		for _, strategy := range StandbyStrategies {
 			for _, f := range columns() {
-				c := Cell{Strategy: strategy, Topology: topo, Fault: f}
-				if _, ok := Expect(c); ok {
+				b := t.Faults[f]
+				if (b.Standby != "") != standby {
+					continue
+				}
+				c := Cell{Strategy: strategy, Topology: topo, Fault: f, Standby: b.Standby}
+				if _, ok := t.Expect(c); ok {
 					out = append(out, c)
 				}
 			}

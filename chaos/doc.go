@@ -57,6 +57,12 @@
 //
 //	safe                   no double-run and no accepted stale write
 //	reproduces             a double-run must appear (a known limitation)
+//	regresses              a token regression must appear: the plain
+//	                       fence across a promotion that lost its last
+//	                       grant (a failover that lost none is
+//	                       INCONCLUSIVE)
+//	unmeasured             a failover fault applies, and its cells were
+//	                       not measured on the topology: no cell
 //	fenced                 double-runs allowed, no accepted stale write
 //	reproduces-or-orphans  a double-run or an orphaned lock must appear
 //	-                      the fault does not apply
@@ -68,6 +74,22 @@
 //	                       scenarios.Scenario.Validate rejects the scenario
 //	                       with that reason before any replica starts)
 //
+// # Failover cells
+//
+// The failover faults (PRIMARY_FAILOVER, PRIMARY_FAILOVER_LOSSY,
+// SWITCHOVER) need a stack with a standby. Their blocks name the mode
+// their cells run on (Block.Standby, shown beside the fault below and in
+// the summary): sync for PRIMARY_FAILOVER and SWITCHOVER, where nothing
+// acknowledged is lost, async for the lossy one, which loses the last
+// grant on purpose. They hold a row for fenced-epoch (StandbyStrategies),
+// the fenced lease whose tokens carry the server's timeline: it holds
+// where the plain fence's token goes back, and under the other faults it
+// is the plain fence again, so it has no row there ("-"). [Matrix] has
+// none of these cells; [StandbyMatrix] has them, and `doublerun chaos
+// --standby` (make chaos CHAOS_STANDBY=1) adds them after the others,
+// each mode on a stack of its own that every cell fails over and the next
+// rebuilds (stack.RebuildStandby): slow, half a minute or more a cell.
+//
 // The expectations come from measured runs (FINDINGS.md). The rule:
 // reproduces where every run showed a double-run; safe where none ever did
 // and there is no way for one to appear; fenced where some runs did and
@@ -76,118 +98,118 @@
 // own column's or its topology's; a version set's column would show as a
 // block of its own (none differs yet).
 //
-//	DIRECT                    advisory               advisory-unguarded     advisory-wait          fenced
-//	none                      safe                   safe                   safe                   safe
-//	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
-//	KILL_LEADER               safe                   safe                   safe                   safe
-//	FREEZE_LEADER             safe                   safe                   safe                   fenced
-//	PARTITION_LEADER          fenced                 fenced                 fenced                 fenced
-//	DELAY_LEADER              safe                   safe                   safe                   fenced
-//	PGBOUNCER_PAUSE           -                      -                      -                      -
-//	PGBOUNCER_KILL            -                      -                      -                      -
-//	PGBOUNCER_RECONNECT       -                      -                      -                      -
-//	PGBOUNCER_RESTART         -                      -                      -                      -
-//	POSTGRES_RESTART          fenced                 fenced                 fenced                 fenced
-//	GRACEFUL_HANDOVER         safe                   safe                   safe                   safe
-//	PRIMARY_FAILOVER          -                      -                      -                      -
-//	PRIMARY_FAILOVER_LOSSY    -                      -                      -                      -
-//	SWITCHOVER                -                      -                      -                      -
-//	SESSION                   advisory               advisory-unguarded     advisory-wait          fenced
-//	none                      safe                   safe                   safe                   safe
-//	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
-//	KILL_LEADER               safe                   safe                   safe                   safe
-//	FREEZE_LEADER             safe                   safe                   safe                   fenced
-//	PARTITION_LEADER          safe                   safe                   safe                   fenced
-//	DELAY_LEADER              safe                   safe                   safe                   fenced
-//	PGBOUNCER_PAUSE           safe                   safe                   safe                   safe
-//	PGBOUNCER_KILL            fenced                 fenced                 fenced                 safe
-//	PGBOUNCER_RECONNECT       safe                   safe                   safe                   safe
-//	PGBOUNCER_RESTART         fenced                 fenced                 fenced                 safe
-//	POSTGRES_RESTART          fenced                 fenced                 fenced                 fenced
-//	GRACEFUL_HANDOVER         safe                   safe                   safe                   safe
-//	PRIMARY_FAILOVER          -                      -                      -                      -
-//	PRIMARY_FAILOVER_LOSSY    -                      -                      -                      -
-//	SWITCHOVER                -                      -                      -                      -
-//	TRANSACTION               advisory               advisory-unguarded     advisory-wait          fenced
-//	none                      reproduces             reproduces             refused                safe
-//	TERMINATE_LEADER_BACKEND  reproduces             reproduces             refused                -
-//	KILL_LEADER               reproduces             reproduces             refused                safe
-//	FREEZE_LEADER             reproduces             reproduces             refused                fenced
-//	PARTITION_LEADER          reproduces             reproduces             refused                fenced
-//	DELAY_LEADER              reproduces             reproduces             refused                fenced
-//	PGBOUNCER_PAUSE           reproduces             reproduces             refused                fenced
-//	PGBOUNCER_KILL            reproduces             reproduces             refused                safe
-//	PGBOUNCER_RECONNECT       reproduces             reproduces             refused                safe
-//	PGBOUNCER_RESTART         reproduces             reproduces             refused                safe
-//	POSTGRES_RESTART          reproduces             reproduces             refused                fenced
-//	GRACEFUL_HANDOVER         reproduces             reproduces             refused                safe
-//	PRIMARY_FAILOVER          -                      -                      refused                -
-//	PRIMARY_FAILOVER_LOSSY    -                      -                      refused                -
-//	SWITCHOVER                -                      -                      refused                -
-//	TRANSACTION-POOL2         advisory               advisory-unguarded     advisory-wait          fenced
-//	none                      reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	TERMINATE_LEADER_BACKEND  reproduces-or-orphans  reproduces-or-orphans  refused                -
-//	KILL_LEADER               reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	FREEZE_LEADER             reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	PARTITION_LEADER          reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	DELAY_LEADER              reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	PGBOUNCER_PAUSE           reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	PGBOUNCER_KILL            reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	PGBOUNCER_RECONNECT       reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	PGBOUNCER_RESTART         reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	POSTGRES_RESTART          reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	GRACEFUL_HANDOVER         reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	PRIMARY_FAILOVER          -                      -                      refused                -
-//	PRIMARY_FAILOVER_LOSSY    -                      -                      refused                -
-//	SWITCHOVER                -                      -                      refused                -
-//	TRANSACTION-POOL4         advisory               advisory-unguarded     advisory-wait          fenced
-//	none                      reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	TERMINATE_LEADER_BACKEND  reproduces-or-orphans  reproduces-or-orphans  refused                -
-//	KILL_LEADER               reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	FREEZE_LEADER             reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	PARTITION_LEADER          reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	DELAY_LEADER              reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	PGBOUNCER_PAUSE           reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	PGBOUNCER_KILL            reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	PGBOUNCER_RECONNECT       reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	PGBOUNCER_RESTART         reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	POSTGRES_RESTART          reproduces-or-orphans  reproduces-or-orphans  refused                fenced
-//	GRACEFUL_HANDOVER         reproduces-or-orphans  reproduces-or-orphans  refused                safe
-//	PRIMARY_FAILOVER          -                      -                      refused                -
-//	PRIMARY_FAILOVER_LOSSY    -                      -                      refused                -
-//	SWITCHOVER                -                      -                      refused                -
-//	PINNED                    advisory               advisory-unguarded     advisory-wait          fenced
-//	none                      safe                   safe                   safe                   safe
-//	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
-//	KILL_LEADER               safe                   safe                   safe                   safe
-//	FREEZE_LEADER             safe                   safe                   safe                   fenced
-//	PARTITION_LEADER          fenced                 fenced                 fenced                 fenced
-//	DELAY_LEADER              safe                   safe                   safe                   fenced
-//	PGBOUNCER_PAUSE           safe                   safe                   safe                   fenced
-//	PGBOUNCER_KILL            safe                   safe                   safe                   safe
-//	PGBOUNCER_RECONNECT       safe                   safe                   safe                   safe
-//	PGBOUNCER_RESTART         fenced                 fenced                 fenced                 safe
-//	POSTGRES_RESTART          fenced                 fenced                 fenced                 fenced
-//	GRACEFUL_HANDOVER         safe                   safe                   safe                   safe
-//	PRIMARY_FAILOVER          -                      -                      -                      -
-//	PRIMARY_FAILOVER_LOSSY    -                      -                      -                      -
-//	SWITCHOVER                -                      -                      -                      -
-//	ALIAS                     advisory               advisory-unguarded     advisory-wait          fenced
-//	none                      safe                   safe                   safe                   safe
-//	TERMINATE_LEADER_BACKEND  reproduces             reproduces             reproduces             -
-//	KILL_LEADER               safe                   safe                   safe                   safe
-//	FREEZE_LEADER             safe                   safe                   safe                   fenced
-//	PARTITION_LEADER          safe                   safe                   safe                   fenced
-//	DELAY_LEADER              safe                   safe                   safe                   fenced
-//	PGBOUNCER_PAUSE           safe                   safe                   safe                   fenced
-//	PGBOUNCER_KILL            safe                   safe                   safe                   safe
-//	PGBOUNCER_RECONNECT       safe                   safe                   safe                   safe
-//	PGBOUNCER_RESTART         fenced                 fenced                 fenced                 safe
-//	POSTGRES_RESTART          fenced                 fenced                 fenced                 fenced
-//	GRACEFUL_HANDOVER         safe                   safe                   safe                   safe
-//	PRIMARY_FAILOVER          -                      -                      -                      -
-//	PRIMARY_FAILOVER_LOSSY    -                      -                      -                      -
-//	SWITCHOVER                -                      -                      -                      -
+//	DIRECT                          advisory               advisory-unguarded     advisory-wait          fenced                 fenced-epoch
+//	none                            safe                   safe                   safe                   safe                   -
+//	TERMINATE_LEADER_BACKEND        reproduces             reproduces             reproduces             -                      -
+//	KILL_LEADER                     safe                   safe                   safe                   safe                   -
+//	FREEZE_LEADER                   safe                   safe                   safe                   fenced                 -
+//	PARTITION_LEADER                fenced                 fenced                 fenced                 fenced                 -
+//	DELAY_LEADER                    safe                   safe                   safe                   fenced                 -
+//	PGBOUNCER_PAUSE                 -                      -                      -                      -                      -
+//	PGBOUNCER_KILL                  -                      -                      -                      -                      -
+//	PGBOUNCER_RECONNECT             -                      -                      -                      -                      -
+//	PGBOUNCER_RESTART               -                      -                      -                      -                      -
+//	POSTGRES_RESTART                fenced                 fenced                 fenced                 fenced                 -
+//	GRACEFUL_HANDOVER               safe                   safe                   safe                   safe                   -
+//	PRIMARY_FAILOVER (sync)         fenced                 fenced                 fenced                 safe                   safe
+//	PRIMARY_FAILOVER_LOSSY (async)  fenced                 fenced                 fenced                 regresses              fenced
+//	SWITCHOVER (sync)               fenced                 fenced                 fenced                 safe                   safe
+//	SESSION                         advisory               advisory-unguarded     advisory-wait          fenced                 fenced-epoch
+//	none                            safe                   safe                   safe                   safe                   -
+//	TERMINATE_LEADER_BACKEND        reproduces             reproduces             reproduces             -                      -
+//	KILL_LEADER                     safe                   safe                   safe                   safe                   -
+//	FREEZE_LEADER                   safe                   safe                   safe                   fenced                 -
+//	PARTITION_LEADER                safe                   safe                   safe                   fenced                 -
+//	DELAY_LEADER                    safe                   safe                   safe                   fenced                 -
+//	PGBOUNCER_PAUSE                 safe                   safe                   safe                   safe                   -
+//	PGBOUNCER_KILL                  fenced                 fenced                 fenced                 safe                   -
+//	PGBOUNCER_RECONNECT             safe                   safe                   safe                   safe                   -
+//	PGBOUNCER_RESTART               fenced                 fenced                 fenced                 safe                   -
+//	POSTGRES_RESTART                fenced                 fenced                 fenced                 fenced                 -
+//	GRACEFUL_HANDOVER               safe                   safe                   safe                   safe                   -
+//	PRIMARY_FAILOVER (sync)         unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
+//	PRIMARY_FAILOVER_LOSSY (async)  unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
+//	SWITCHOVER (sync)               unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
+//	TRANSACTION                     advisory               advisory-unguarded     advisory-wait          fenced                 fenced-epoch
+//	none                            reproduces             reproduces             refused                safe                   -
+//	TERMINATE_LEADER_BACKEND        reproduces             reproduces             refused                -                      -
+//	KILL_LEADER                     reproduces             reproduces             refused                safe                   -
+//	FREEZE_LEADER                   reproduces             reproduces             refused                fenced                 -
+//	PARTITION_LEADER                reproduces             reproduces             refused                fenced                 -
+//	DELAY_LEADER                    reproduces             reproduces             refused                fenced                 -
+//	PGBOUNCER_PAUSE                 reproduces             reproduces             refused                fenced                 -
+//	PGBOUNCER_KILL                  reproduces             reproduces             refused                safe                   -
+//	PGBOUNCER_RECONNECT             reproduces             reproduces             refused                safe                   -
+//	PGBOUNCER_RESTART               reproduces             reproduces             refused                safe                   -
+//	POSTGRES_RESTART                reproduces             reproduces             refused                fenced                 -
+//	GRACEFUL_HANDOVER               reproduces             reproduces             refused                safe                   -
+//	PRIMARY_FAILOVER (sync)         reproduces             reproduces             refused                safe                   safe
+//	PRIMARY_FAILOVER_LOSSY (async)  reproduces             reproduces             refused                regresses              fenced
+//	SWITCHOVER (sync)               reproduces             reproduces             refused                safe                   safe
+//	TRANSACTION-POOL2               advisory               advisory-unguarded     advisory-wait          fenced                 fenced-epoch
+//	none                            reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	TERMINATE_LEADER_BACKEND        reproduces-or-orphans  reproduces-or-orphans  refused                -                      -
+//	KILL_LEADER                     reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	FREEZE_LEADER                   reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	PARTITION_LEADER                reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	DELAY_LEADER                    reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	PGBOUNCER_PAUSE                 reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	PGBOUNCER_KILL                  reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	PGBOUNCER_RECONNECT             reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	PGBOUNCER_RESTART               reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	POSTGRES_RESTART                reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	GRACEFUL_HANDOVER               reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	PRIMARY_FAILOVER (sync)         reproduces-or-orphans  reproduces-or-orphans  refused                safe                   safe
+//	PRIMARY_FAILOVER_LOSSY (async)  reproduces-or-orphans  reproduces-or-orphans  refused                regresses              fenced
+//	SWITCHOVER (sync)               reproduces-or-orphans  reproduces-or-orphans  refused                safe                   safe
+//	TRANSACTION-POOL4               advisory               advisory-unguarded     advisory-wait          fenced                 fenced-epoch
+//	none                            reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	TERMINATE_LEADER_BACKEND        reproduces-or-orphans  reproduces-or-orphans  refused                -                      -
+//	KILL_LEADER                     reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	FREEZE_LEADER                   reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	PARTITION_LEADER                reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	DELAY_LEADER                    reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	PGBOUNCER_PAUSE                 reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	PGBOUNCER_KILL                  reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	PGBOUNCER_RECONNECT             reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	PGBOUNCER_RESTART               reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	POSTGRES_RESTART                reproduces-or-orphans  reproduces-or-orphans  refused                fenced                 -
+//	GRACEFUL_HANDOVER               reproduces-or-orphans  reproduces-or-orphans  refused                safe                   -
+//	PRIMARY_FAILOVER (sync)         reproduces-or-orphans  reproduces-or-orphans  refused                safe                   safe
+//	PRIMARY_FAILOVER_LOSSY (async)  reproduces-or-orphans  reproduces-or-orphans  refused                regresses              fenced
+//	SWITCHOVER (sync)               reproduces-or-orphans  reproduces-or-orphans  refused                safe                   safe
+//	PINNED                          advisory               advisory-unguarded     advisory-wait          fenced                 fenced-epoch
+//	none                            safe                   safe                   safe                   safe                   -
+//	TERMINATE_LEADER_BACKEND        reproduces             reproduces             reproduces             -                      -
+//	KILL_LEADER                     safe                   safe                   safe                   safe                   -
+//	FREEZE_LEADER                   safe                   safe                   safe                   fenced                 -
+//	PARTITION_LEADER                fenced                 fenced                 fenced                 fenced                 -
+//	DELAY_LEADER                    safe                   safe                   safe                   fenced                 -
+//	PGBOUNCER_PAUSE                 safe                   safe                   safe                   fenced                 -
+//	PGBOUNCER_KILL                  safe                   safe                   safe                   safe                   -
+//	PGBOUNCER_RECONNECT             safe                   safe                   safe                   safe                   -
+//	PGBOUNCER_RESTART               fenced                 fenced                 fenced                 safe                   -
+//	POSTGRES_RESTART                fenced                 fenced                 fenced                 fenced                 -
+//	GRACEFUL_HANDOVER               safe                   safe                   safe                   safe                   -
+//	PRIMARY_FAILOVER (sync)         unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
+//	PRIMARY_FAILOVER_LOSSY (async)  unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
+//	SWITCHOVER (sync)               unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
+//	ALIAS                           advisory               advisory-unguarded     advisory-wait          fenced                 fenced-epoch
+//	none                            safe                   safe                   safe                   safe                   -
+//	TERMINATE_LEADER_BACKEND        reproduces             reproduces             reproduces             -                      -
+//	KILL_LEADER                     safe                   safe                   safe                   safe                   -
+//	FREEZE_LEADER                   safe                   safe                   safe                   fenced                 -
+//	PARTITION_LEADER                safe                   safe                   safe                   fenced                 -
+//	DELAY_LEADER                    safe                   safe                   safe                   fenced                 -
+//	PGBOUNCER_PAUSE                 safe                   safe                   safe                   fenced                 -
+//	PGBOUNCER_KILL                  safe                   safe                   safe                   safe                   -
+//	PGBOUNCER_RECONNECT             safe                   safe                   safe                   safe                   -
+//	PGBOUNCER_RESTART               fenced                 fenced                 fenced                 safe                   -
+//	POSTGRES_RESTART                fenced                 fenced                 fenced                 fenced                 -
+//	GRACEFUL_HANDOVER               safe                   safe                   safe                   safe                   -
+//	PRIMARY_FAILOVER (sync)         unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
+//	PRIMARY_FAILOVER_LOSSY (async)  unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
+//	SWITCHOVER (sync)               unmeasured             unmeasured             unmeasured             unmeasured             unmeasured
 //
 // # Adding a fault
 //

@@ -115,7 +115,7 @@ func missed(c CellResult) string {
 		return ""
 	}
 	switch c.Report.Verdict.Expect {
-	case scenarios.ExpectReproduces, scenarios.ExpectReproducesOrOrphans:
+	case scenarios.ExpectReproduces, scenarios.ExpectReproducesOrOrphans, scenarios.ExpectRegresses:
 		return c.Report.Verdict.Reason
 	}
 	return ""

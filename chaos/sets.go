@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/doublerun/doublerun/scenarios"
@@ -37,9 +38,10 @@ type RunConfig struct {
 	OutDir string
 	// Logger receives the stacks' and the runs' logs; default discards.
 	Logger *slog.Logger
-	// Start starts the stack of a version set and returns it with its
-	// cleanup; default stack.Start, closed within a minute.
-	Start func(ctx context.Context, set string) (*stack.Stack, func(), error)
+	// Start starts the stack of a version set, with a standby in the
+	// mode standby when it is not empty (the failover cells', Cell.Standby),
+	// and returns it with its cleanup; default stack.Start.
+	Start func(ctx context.Context, set string, standby stack.ReplicationMode) (*stack.Stack, func(), error)
 	// OnSet, if set, sees each set's stack once it is up, before its
 	// cells run.
 	OnSet func(SetStart)
@@ -108,8 +110,8 @@ func (c RunConfig) withDefaults() RunConfig {
 	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Start == nil {
 		log := c.Logger
-		c.Start = func(ctx context.Context, set string) (*stack.Stack, func(), error) {
-			return startStack(ctx, set, log)
+		c.Start = func(ctx context.Context, set string, standby stack.ReplicationMode) (*stack.Stack, func(), error) {
+			return startStack(ctx, set, standby, log)
 		}
 	}
 	return c
@@ -134,14 +136,17 @@ type setsRun struct {
 }
 
 // runOn runs the shard of the cells on a stack of the version set asked,
-// adding what it gave to r.out.
+// adding what it gave to r.out. The cells on a standby (the failover
+// faults') run after the others, on a stack of their mode each: the first
+// stack started says which servers the set runs.
 func (r *setsRun) runOn(ctx context.Context, asked string) error {
 	cfg := r.cfg
-	s, closeStack, err := cfg.Start(ctx, asked)
+	modes := standbyModes(r.cells)
+	s, closeStack, err := cfg.Start(ctx, asked, modes[0])
 	if err != nil {
 		return err
 	}
-	defer closeStack()
+	defer func() { closeStack() }()
 	have := s.Versions().Set
 	if earlier, done := r.ran[have]; done {
 		if cfg.OnSet != nil {
@@ -169,7 +174,37 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 		cfg.OnSet(SetStart{Asked: asked, Stack: s, Cells: len(picked), Total: len(scs), Replicas: replicas, Dir: dir})
 	}
 	begin := time.Now()
-	results := RunMatrix(ctx, picked, scenarios.RunOptions{Stack: s, OutDir: dir, Logger: cfg.Logger}, cfg.OnResult)
+	var results []CellResult
+	var ran []int
+	done := 0
+	for k, mode := range modes {
+		var group []scenarios.Scenario
+		for j, sc := range picked {
+			if sc.Standby == mode {
+				group = append(group, sc)
+				ran = append(ran, index[j])
+			}
+		}
+		if len(group) == 0 || ctx.Err() != nil {
+			continue
+		}
+		if k > 0 {
+			// A stack of its own per mode: the one before is closed first,
+			// so that two stacks never hold the machine at once.
+			closeStack()
+			closeStack = func() {}
+			if s, closeStack, err = cfg.Start(ctx, asked, mode); err != nil {
+				return err
+			}
+		}
+		offset := done
+		results = append(results, RunMatrix(ctx, group, scenarios.RunOptions{Stack: s, OutDir: dir, Logger: cfg.Logger}, func(d, _ int, c CellResult) {
+			if cfg.OnResult != nil {
+				cfg.OnResult(offset+d, len(picked), c)
+			}
+		})...)
+		done = len(results)
+	}
 	wall := time.Since(begin)
 	for i := range results {
 		results[i].Versions = have
@@ -182,7 +217,7 @@ func (r *setsRun) runOn(ctx context.Context, asked string) error {
 	if dir == "" {
 		return nil
 	}
-	shard := ShardResults{Versions: have, Shard: cfg.Shard, Shards: cfg.Shards, Total: len(scs), Wall: wall, Results: results, Index: index[:len(results)]}
+	shard := ShardResults{Versions: have, Shard: cfg.Shard, Shards: cfg.Shards, Total: len(scs), Wall: wall, Results: results, Index: ran[:len(results)]}
 	if err := WriteCells(dir, shard); err != nil {
 		return err
 	}
@@ -215,10 +250,26 @@ func (t Table) place(cells []Cell, set string, replicas int, command *replica.Co
 	return out, nil
 }
 
+// standbyModes are the standby modes cells run on, one Postgres first,
+// then sync, then async; one Postgres alone when there are no cells.
+func standbyModes(cells []Cell) []stack.ReplicationMode {
+	var out []stack.ReplicationMode
+	for _, m := range []stack.ReplicationMode{"", stack.ReplicationSync, stack.ReplicationAsync} {
+		if slices.ContainsFunc(cells, func(c Cell) bool { return c.Standby == m }) {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, "")
+	}
+	return out
+}
+
 // startStack starts a stack of the version set set ("" for the stack's
-// own choice) and returns its cleanup.
-func startStack(ctx context.Context, set string, log *slog.Logger) (*stack.Stack, func(), error) {
-	s, err := stack.Start(ctx, stack.Options{Logger: log, Versions: set})
+// own choice), with a standby in mode standby when it is not empty, and
+// returns its cleanup.
+func startStack(ctx context.Context, set string, standby stack.ReplicationMode, log *slog.Logger) (*stack.Stack, func(), error) {
+	s, err := stack.Start(ctx, stack.Options{Logger: log, Versions: set, Replication: standby})
 	if err != nil {
 		return nil, nil, err
 	}

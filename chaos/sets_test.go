@@ -34,7 +34,9 @@ func TestRunSetsSkipsServersThatRanAndWritesWhatMergeReads(t *testing.T) {
 		Sets: asked, Replicas: 3, OutDir: out,
 		// Every set gets the one shared stack, as the native provider
 		// gives its own servers whatever set is asked.
-		Start:    func(context.Context, string) (*stack.Stack, func(), error) { return s, func() {}, nil },
+		Start: func(context.Context, string, stack.ReplicationMode) (*stack.Stack, func(), error) {
+			return s, func() {}, nil
+		},
 		OnSet:    func(st chaos.SetStart) { starts = append(starts, st) },
 		OnResult: func(done, total int, r chaos.CellResult) { lines = append(lines, r.Line()) },
 	})
@@ -66,7 +68,7 @@ func TestRunSetsSkipsServersThatRanAndWritesWhatMergeReads(t *testing.T) {
 // A cell that cannot run is refused before any stack starts.
 func TestRunSetsRefusesABadCellBeforeAnyStack(t *testing.T) {
 	t.Parallel()
-	start := func(context.Context, string) (*stack.Stack, func(), error) {
+	start := func(context.Context, string, stack.ReplicationMode) (*stack.Stack, func(), error) {
 		t.Error("a stack was started for cells that cannot run")
 		return nil, nil, context.Canceled
 	}

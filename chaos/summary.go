@@ -122,7 +122,7 @@ func Summary(cells []CellResult, wall time.Duration) string {
 	for _, c := range sorted {
 		sc := c.Scenario
 		if c.Report == nil {
-			fmt.Fprintf(&b, "| %s | %s | %s | - | - | - | - | %s | **ERROR** |\n", sc.Strategy, sc.Fault, sc.Topology, sc.Expect)
+			fmt.Fprintf(&b, "| %s | %s | %s | - | - | - | - | %s | **ERROR** |\n", sc.Strategy, faultLabel(sc), sc.Topology, sc.Expect)
 			continue
 		}
 		m := c.Report.Metrics
@@ -136,9 +136,10 @@ func Summary(cells []CellResult, wall time.Duration) string {
 			verdict = "**FAIL**"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s (%d) | %s | %s (%d) | %d / %d | %s | %s |\n",
-			sc.Strategy, sc.Fault, sc.Topology, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total,
+			sc.Strategy, faultLabel(sc), sc.Topology, m.DoubleRun.Total, m.DoubleRun.Episodes, m.Leaderless.Total,
 			m.Orphaned.Total, m.Orphaned.Episodes, m.StaleWrites.Accepted, m.StaleWrites.Rejected, sc.Expect, verdict)
 	}
+	b.WriteString(failoverSummary(sorted))
 	if len(failed) > 0 {
 		b.WriteString("\n## Cells that did not match their expectation\n\n")
 		for _, c := range failed {

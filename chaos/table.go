@@ -9,6 +9,7 @@ import (
 
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
+	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 )
 
@@ -53,6 +54,26 @@ type Block struct {
 	// findings (chaos/FINDINGS.md) that measured it.
 	Why  string
 	Rows map[string]Row
+	// Standby is the replication mode of the standby the fault's cells
+	// run with (stack.Options.Replication), for a fault that fails the
+	// primary over; empty for one Postgres. A block with one has a row
+	// per strategy of StandbyStrategies, and its cells run only when asked
+	// (StandbyMatrix, `doublerun chaos --standby`), each mode on a stack of
+	// its own.
+	Standby stack.ReplicationMode
+	// Topologies, when not nil, are the only topologies its cells were
+	// measured on; the rendered table says "unmeasured" at the others
+	// where the fault applies. Nil is every topology where it applies.
+	Topologies []scenarios.TopologyKind
+}
+
+// strategies are the block's rows: StandbyStrategies for a block with a
+// standby, Strategies otherwise.
+func (b Block) strategies() []string {
+	if b.Standby != "" {
+		return StandbyStrategies
+	}
+	return Strategies
 }
 
 // Table is what every cell of the matrix must show, and why.
@@ -205,23 +226,9 @@ var table = Table{
 				strategy.AdvisoryWait:      {direct: safe, session: safe, pinned: safe, alias: safe},
 				strategy.Fenced:            {direct: safe, session: safe, tx: safe, pinned: safe, alias: safe},
 			}},
-		fault.PrimaryFailover.Name():      failoverBlock,
-		fault.PrimaryFailoverLossy.Name(): failoverBlock,
-		fault.Switchover.Name():           failoverBlock,
-	},
-}
-
-// failoverBlock is the block of each failover fault: they need a stack
-// with a standby (scenarios.Scenario.Standby), which no cell of the
-// matrix has yet, so none of them has a cell; their runs are measured one
-// by one with `doublerun run --file` (chaos/FINDINGS.md, finding 14).
-var failoverBlock = Block{
-	Why: "needs a stack with a standby, which no cell of the matrix has yet: measured run by run (finding 14)",
-	Rows: map[string]Row{
-		strategy.Advisory:          {},
-		strategy.AdvisoryUnguarded: {},
-		strategy.AdvisoryWait:      {},
-		strategy.Fenced:            {},
+		fault.PrimaryFailover.Name():      primaryFailoverBlock,
+		fault.PrimaryFailoverLossy.Name(): primaryFailoverLossyBlock,
+		fault.Switchover.Name():           switchoverBlock,
 	},
 }
 
@@ -238,7 +245,9 @@ func Expect(c Cell) (Expected, bool) { return table.Expect(c) }
 func (t Table) Expect(c Cell) (Expected, bool) {
 	b := t.Faults[cmp.Or(c.Fault, fault.None)]
 	row := b.Rows[c.Strategy]
-	if _, ok := row[Column{Topology: c.Topology}]; !ok {
+	if _, ok := row[Column{Topology: c.Topology}]; !ok || c.Standby != b.Standby {
+		// A cell on another standby, or none, than its fault's block
+		// was measured with is none of the table's.
 		return Expected{}, false
 	}
 	for _, col := range c.columns() {
@@ -303,9 +312,11 @@ func (t Table) tableColumns() []Column {
 }
 
 // ExpectationTable renders the table as text: a block per column, each a
-// row per fault and a column per strategy ("-" where the fault does not
-// apply, "refused" where the strategy refuses the topology's lease
-// endpoint). A block of a pool size or a version set shows what each cell
+// row per fault (with the standby's mode of a failover fault) and a
+// column per strategy of StandbyStrategies ("-" where the fault does not
+// apply or the strategy has no row under it, "refused" where the strategy
+// refuses the topology's lease endpoint, "unmeasured" where a failover
+// fault applies and its cells were not measured). A block of a pool size or a version set shows what each cell
 // there expects, its own column's or its topology's. The package
 // documentation shows it.
 func ExpectationTable() string { return table.render() }
@@ -315,17 +326,27 @@ func (t Table) render() string {
 	// strategy, laid out in columns as wide as their widest text.
 	var lines [][]string
 	for _, col := range t.tableColumns() {
-		lines = append(lines, append([]string{col.String()}, Strategies...))
+		lines = append(lines, append([]string{col.String()}, StandbyStrategies...))
 		for _, f := range columns() {
-			line := []string{f}
-			for _, s := range Strategies {
-				c := Cell{Strategy: s, Topology: col.Topology, PoolSize: col.PoolSize, Fault: f, Versions: col.Versions}
+			b := t.Faults[f]
+			label := f
+			if b.Standby != "" {
+				label += " (" + string(b.Standby) + ")"
+			}
+			line := []string{label}
+			for _, s := range StandbyStrategies {
+				c := Cell{Strategy: s, Topology: col.Topology, PoolSize: col.PoolSize, Fault: f, Versions: col.Versions, Standby: b.Standby}
 				e, ok := t.Expect(c)
 				text := string(e.Expect)
+				_, hasRow := b.Rows[s]
 				switch {
 				case ok:
+				case !hasRow:
+					text = "-"
 				case scenarios.CheckStrategyTopology(s, col.Topology) != nil:
 					text = "refused"
+				case b.Topologies != nil && !slices.Contains(b.Topologies, col.Topology) && b.applies(f, s, col.Topology):
+					text = "unmeasured"
 				default:
 					text = "-"
 				}

@@ -30,7 +30,16 @@ func TestTableIsComplete(t *testing.T) {
 	require.ElementsMatch(t, columns(), slices.Collect(maps.Keys(table.Faults)), "a block per fault, and none for a fault the catalog lacks")
 	for faultName, block := range table.Faults {
 		require.NotEmpty(t, block.Why, "%s: the block says why", faultName)
-		require.ElementsMatch(t, Strategies, slices.Collect(maps.Keys(block.Rows)), "%s: a row per strategy", faultName)
+		require.ElementsMatch(t, block.strategies(), slices.Collect(maps.Keys(block.Rows)), "%s: a row per strategy", faultName)
+		if block.Standby != "" {
+			// A failover fault's cells run on the standby its block
+			// names, which the fault must accept, on the topologies
+			// measured. Caught by TestTableIsComplete itself.
+			require.NoError(t, block.Standby.Check(), faultName)
+			require.NotEmpty(t, block.Topologies, "%s: a block with a standby names the topologies its cells were measured on", faultName)
+		} else {
+			require.Nil(t, block.Topologies, "%s: a block without a standby holds every topology where its fault applies", faultName)
+		}
 		for strategy, row := range block.Rows {
 			for col, e := range row {
 				name := faultName + "/" + strategy + "/" + col.String()
@@ -61,16 +70,25 @@ func TestTableIsComplete(t *testing.T) {
 				}
 			}
 			for _, topo := range scenarios.Topologies {
-				sc := scenarios.Scenario{Strategy: strategy, Topology: scenarios.Topology{Kind: topo}}
-				applies := faultName == fault.None
-				if f, ok := fault.Lookup(faultName); ok {
-					applies = f.Available(sc.FaultSetting())
-				}
+				applies := block.applies(faultName, strategy, topo)
 				// A strategy that refuses the topology's lease endpoint
-				// has no cell there.
+				// has no cell there, nor a topology the block's cells
+				// were not measured on.
 				applies = applies && scenarios.CheckStrategyTopology(strategy, topo) == nil
-				_, inTable := Expect(Cell{Strategy: strategy, Topology: topo, Fault: faultName})
+				if block.Topologies != nil {
+					applies = applies && slices.Contains(block.Topologies, topo)
+				}
+				_, inTable := Expect(Cell{Strategy: strategy, Topology: topo, Fault: faultName, Standby: block.Standby})
 				require.Equal(t, applies, inTable, "%s/%s/%s: the table and Available disagree", strategy, topo, faultName)
+				if block.Standby != "" {
+					// Not on one Postgres, nor on the other mode.
+					for _, other := range []stack.ReplicationMode{"", stack.ReplicationSync, stack.ReplicationAsync} {
+						if other != block.Standby {
+							_, there := Expect(Cell{Strategy: strategy, Topology: topo, Fault: faultName, Standby: other})
+							require.False(t, there, "%s/%s/%s on standby %q", strategy, topo, faultName, other)
+						}
+					}
+				}
 			}
 		}
 	}

@@ -76,13 +76,19 @@
 //	reproduces-or-orphans  a double-run or an orphaned lock must appear
 //	                       (the advisory lock through a transaction pool
 //	                       of several backends; a run with neither fails)
+//	regresses              a token regression must appear (oracle.Loss):
+//	                       the plain fence across a promotion that lost
+//	                       its last grant; it needs a standby, and a run
+//	                       whose failover lost no grant is INCONCLUSIVE
 //
 // A run whose measurements disagree with its expectation fails, in either
 // direction; a run in which no replica ever led fails too, and so does one
 // whose fence's history is not linearizable, whatever its expectation
 // (package oracle, fence.go): the grants and renewals the server recorded
 // in the strategy's token table (Strategy.TokenTable) and the fenced
-// side-effect writes must have a legal order.
+// side-effect writes must have a legal order. The one exception is
+// regresses, which expects a history with none: a token granted twice has
+// no legal order, and that is the regression it asks for.
 //
 // A run that could not have shown a double-run is INCONCLUSIVE, neither a
 // PASS nor a FAIL for want of one (Verdict.Inconclusive; the CLI exits 1

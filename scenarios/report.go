@@ -74,7 +74,8 @@ const (
 func (r *Report) Analysis() oracle.Options {
 	return oracle.Options{GapTolerance: time.Duration(r.GapTolerance), OrphanTolerance: time.Duration(r.OrphanTolerance),
 		CheckTimeout: time.Duration(r.CheckTimeout), TTL: r.Scenario.TTL, Commands: r.Scenario.Replica != nil,
-		StaleWritesOnly: r.Scenario.Expect == ExpectFenced, FaultHold: r.Scenario.faultHold()}
+		StaleWritesOnly: r.Scenario.Expect == ExpectFenced, FaultHold: r.Scenario.faultHold(),
+		Regression: r.Scenario.Expect == ExpectRegresses}
 }
 
 // Pieces is the number of pieces of leader work the report's history

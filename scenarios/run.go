@@ -407,7 +407,8 @@ func later(a, b time.Time) time.Time {
 // option, so `doublerun check` analyses it the same way.
 func (r *run) analysis() oracle.Options {
 	return oracle.Options{GapTolerance: r.gapTolerance(), OrphanTolerance: orphanTolerance, CheckTimeout: oracle.DefaultCheckTimeout,
-		TTL: r.sc.TTL, Commands: r.sc.Replica != nil, StaleWritesOnly: r.sc.Expect == ExpectFenced, FaultHold: r.sc.faultHold()}
+		TTL: r.sc.TTL, Commands: r.sc.Replica != nil, StaleWritesOnly: r.sc.Expect == ExpectFenced, FaultHold: r.sc.faultHold(),
+		Regression: r.sc.Expect == ExpectRegresses}
 }
 
 // gapTolerance is the longest pause between two pieces of a leader's own

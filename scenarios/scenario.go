@@ -32,6 +32,14 @@ const (
 	// a run with neither is clean in a way the strategy cannot explain and
 	// fails.
 	ExpectReproducesOrOrphans Expectation = "reproduces-or-orphans"
+	// ExpectRegresses: a promotion that lost the last commits must take
+	// the lease's token back (oracle.Loss.TokenRegressions): the plain
+	// fence across PRIMARY_FAILOVER_LOSSY grants a token again, and its
+	// history of grants and writes has no legal order. It needs a
+	// standby (Standby); a run whose failover lost no grant could not
+	// have shown one and is INCONCLUSIVE (the oracle's "grant lost"
+	// condition).
+	ExpectRegresses Expectation = "regresses"
 )
 
 // Scenario is one measured run, as data. Zero fields take the defaults in
@@ -278,6 +286,9 @@ func (s Scenario) Validate() error {
 	}
 	if err := s.Standby.Check(); err != nil {
 		bad("standby", "", err.Error())
+	} else if s.Expect == ExpectRegresses && s.Standby == "" {
+		// Caught by TestValidateHoldsEveryBound.
+		bad("standby", "", "missing for expect regresses: a token regresses only where a promotion lost the last commits; set \"standby\": \"async\" with fault PRIMARY_FAILOVER_LOSSY")
 	}
 	if err := fault.CheckName(s.Fault); err != nil {
 		bad("fault", "", err.Error())
@@ -290,7 +301,7 @@ func (s Scenario) Validate() error {
 		s.Replica.Validate(bad)
 	}
 	switch s.Expect {
-	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans:
+	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans, ExpectRegresses:
 	case "":
 		bad("expect", "", "missing; one of "+expectationNames)
 	default:
@@ -316,7 +327,7 @@ func (e fieldErrors) Error() string {
 func (e fieldErrors) Unwrap() []error { return e }
 
 // expectationNames lists the expectations for Validate's messages.
-const expectationNames = "safe, reproduces, fenced, reproduces-or-orphans"
+const expectationNames = "safe, reproduces, fenced, reproduces-or-orphans, regresses"
 
 // FaultSetting is what the fault catalog may know of a run of s: its
 // strategy's traits (none for a strategy not registered), whether its work

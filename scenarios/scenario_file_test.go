@@ -171,6 +171,20 @@ func TestValidateHoldsEveryBound(t *testing.T) {
 		sc.Expect, sc.Replicas = e, 1
 		require.NoError(t, sc.Validate(), e)
 	}
+	// A token regresses only across a promotion that lost commits: regresses
+	// needs a standby, and a file says so as it says every expectation.
+	regresses := Scenario{Name: "x", Strategy: strategy.Fenced, Topology: Topology{Kind: Direct}, Expect: ExpectRegresses, Fault: "PRIMARY_FAILOVER_LOSSY"}
+	var standby *FieldError
+	require.ErrorAs(t, regresses.Validate(), &standby)
+	require.Equal(t, "standby", standby.Field)
+	require.Contains(t, standby.Problem, "missing for expect regresses")
+	regresses.Standby = "async"
+	require.NoError(t, regresses.Validate())
+	parsed, err := ParseScenario([]byte(`{"name": "x", "strategy": "fenced", "topology": {"kind": "direct"}, "standby": "async", "fault": "PRIMARY_FAILOVER_LOSSY", "expect": "regresses"}`), "")
+	require.NoError(t, err)
+	require.Equal(t, ExpectRegresses, parsed.Expect)
+	_, err = ParseScenario([]byte(`{"name": "x", "strategy": "fenced", "topology": {"kind": "direct"}, "expect": "regress"}`), "")
+	require.EqualError(t, err, `field "expect": unknown expectation "regress"; valid: safe, reproduces, fenced, reproduces-or-orphans, regresses`)
 	// A flag names the field as the command line does.
 	fe := &FieldError{Field: "duration", Value: "2h0m0s", Problem: "is above 1h: why; use 1s to 1h"}
 	require.Equal(t, "--duration 2h0m0s is above 1h: why; use 1s to 1h", fe.Flag("duration"))

@@ -245,6 +245,9 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 	stale := oracle.Metrics{StaleWrites: oracle.StaleWrites{Accepted: 1}, Validity: valid}
 	clean := oracle.Metrics{Validity: valid}
 	orphan := oracle.Metrics{Orphaned: oracle.Orphaned{Window: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}}, Validity: valid}
+	regressed := oracle.Metrics{Validity: valid, Loss: &oracle.Loss{TokenRegressions: []oracle.TokenRegression{{
+		Grant: oracle.Grant{Replica: "r2", Token: 2}, Earlier: oracle.Grant{Replica: "r2", Token: 2}, Why: oracle.RegressionReissued}}}}
+	lostNothing := oracle.Metrics{Validity: valid, Loss: &oracle.Loss{}}
 	withFence := func(m oracle.Metrics, verdict string) oracle.Metrics {
 		m.Linearizability = &oracle.Linearizability{Linearizable: verdict, Operations: 9}
 		return m
@@ -273,6 +276,10 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 		{"NoLegalOrderFailsWhateverTheWindowsSay", ExpectReproduces, withFence(double, oracle.LinearizableNo), 5, false},
 		{"NoLegalOrderFailsAFencedRun", ExpectFenced, withFence(double, oracle.LinearizableNo), 5, false},
 		{"AnUnfinishedCheckFails", ExpectSafe, withFence(clean, oracle.LinearizableUnknown), 5, false},
+		{"RegressesWithARegressionAndNoLegalOrder", ExpectRegresses, withFence(regressed, oracle.LinearizableNo), 5, true},
+		{"RegressesFailsWithoutARegression", ExpectRegresses, withFence(lostNothing, oracle.LinearizableYes), 5, false},
+		{"RegressesFailsWithNothingReadBack", ExpectRegresses, double, 5, false},
+		{"RegressesFailsWithoutLeaderWork", ExpectRegresses, regressed, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -297,12 +304,18 @@ func TestJudgeInconclusive(t *testing.T) {
 	double := oracle.Metrics{DoubleRun: oracle.Window{Episodes: 1, Total: oracle.Duration(time.Second)}, Validity: invalid}
 	stale := oracle.Metrics{StaleWrites: oracle.StaleWrites{Accepted: 1}, Validity: invalid}
 	clean := oracle.Metrics{Validity: invalid}
+	regressedNoOrder := oracle.Metrics{Validity: invalid, Linearizability: &oracle.Linearizability{Linearizable: oracle.LinearizableNo, Operations: 9},
+		Loss: &oracle.Loss{TokenRegressions: []oracle.TokenRegression{{Grant: oracle.Grant{Replica: "r2", Token: 2}, Why: oracle.RegressionReissued}}}}
 	t.Run("AnInvalidRunNeverPasses", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
 			expect Expectation
 			m      oracle.Metrics
-		}{{ExpectSafe, clean}, {ExpectFenced, double}, {ExpectReproduces, double}, {ExpectReproduces, clean}, {ExpectReproducesOrOrphans, clean}} {
+		}{{ExpectSafe, clean}, {ExpectFenced, double}, {ExpectReproduces, double}, {ExpectReproduces, clean}, {ExpectReproducesOrOrphans, clean},
+			// A regression measured on a run that could not have shown one
+			// (its failover lost no grant) is no pass, and no legal order
+			// is what it expects, not a fail.
+			{ExpectRegresses, regressedNoOrder}, {ExpectRegresses, clean}} {
 			v := Judge(tc.expect, tc.m, 5)
 			require.False(t, v.Pass, tc.expect)
 			require.True(t, v.Inconclusive, tc.expect)

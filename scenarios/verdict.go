@@ -61,8 +61,11 @@ func Judge(expect Expectation, m oracle.Metrics, pieces int) Verdict {
 	if !ok {
 		c = oracle.Condition{Name: "validity", Reason: "no validity condition was computed for this run; recompute its report with `doublerun check`"}
 	}
+	// A fence with no legal order is what a regression shows, not a
+	// failure of it: an invalid run that expects one is never judged by
+	// it. Caught by TestJudgeInconclusive/AnInvalidRunNeverPasses.
 	measured := !v.Pass && (expect == ExpectSafe || expect == ExpectFenced) ||
-		m.Linearizability != nil && !m.Linearizability.Holds()
+		m.Linearizability != nil && !m.Linearizability.Holds() && expect != ExpectRegresses
 	if measured {
 		// Caught by TestJudgeInconclusive/AFailStaysAFail.
 		return v
@@ -79,6 +82,10 @@ func judge(expect Expectation, m oracle.Metrics, pieces int) Verdict {
 	switch {
 	case pieces == 0:
 		v.Reason = "no leader work was logged: no replica ever became leader"
+	case expect == ExpectRegresses:
+		// Before the fence's check: a regressed token leaves the history
+		// with no legal order, which is what this expectation asks for.
+		v = regressed(m)
 	case lin != nil && lin.Linearizable == oracle.LinearizableNo:
 		// Whatever the windows say: the fence let through an order of
 		// grants and writes that no sequential fence allows. Caught by
@@ -128,5 +135,30 @@ func judge(expect Expectation, m oracle.Metrics, pieces int) Verdict {
 	default:
 		v.Reason = fmt.Sprintf("unknown expectation %q", expect)
 	}
+	return v
+}
+
+// regressed judges a run that expects a token regression: it passes only
+// on one measured (oracle.Loss), and says what the fence's check found
+// beside it.
+func regressed(m oracle.Metrics) Verdict {
+	v := Verdict{Expect: ExpectRegresses}
+	var regressions []oracle.TokenRegression
+	if m.Loss != nil {
+		regressions = m.Loss.TokenRegressions
+	}
+	order := "the fence's history was not checked"
+	if lin := m.Linearizability; lin != nil {
+		order = fmt.Sprintf("the fence's history of %d operations: linearizable %s", lin.Operations, lin.Linearizable)
+	}
+	// Caught by TestJudgeFailsInEitherDirection/RegressesFailsWithoutARegression.
+	v.Pass = len(regressions) > 0
+	if !v.Pass {
+		v.Reason = "expected a token regression, measured none: the promotion took no token back (" + order + ")"
+		return v
+	}
+	r := regressions[0]
+	v.Reason = fmt.Sprintf("regressed: %d token regressions, the first %s's token %d (%s, after %s's token %d); %d stale writes accepted; %s",
+		len(regressions), r.Grant.Replica, r.Grant.Token, r.Why, r.Earlier.Replica, r.Earlier.Token, m.StaleWrites.Accepted, order)
 	return v
 }

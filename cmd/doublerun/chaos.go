@@ -16,7 +16,7 @@ import (
 )
 
 const chaosUsage = `Usage: doublerun chaos [--fault NAME] [--strategy NAME] [--topology NAME] [--out DIR] [--replicas N]
-                      [--versions SET,...|all] [--shard I/N] [--pool-sizes N,...] [--replica FILE]
+                      [--versions SET,...|all] [--shard I/N] [--pool-sizes N,...] [--replica FILE] [--standby]
        doublerun chaos merge [--out DIR] DIR...
 
 Runs the chaos matrix: every strategy (advisory, advisory-unguarded,
@@ -65,6 +65,17 @@ scenario file with one. The cell's strategy says what the command's lease
 is like (which faults apply, what the cell expects): give it with
 --strategy, which --replica needs.
 
+--standby adds the failover faults' cells (PRIMARY_FAILOVER and
+SWITCHOVER on a synchronous standby, PRIMARY_FAILOVER_LOSSY on an
+asynchronous one), with the fenced-epoch strategy beside the others;
+CHAOS_STANDBY=1 gives it when the flag does not. They run after the
+other cells, on a stack with a standby per mode, which each cell fails
+over and the next rebuilds: slow (a minute or more a cell through
+PgBouncer, which locks its logins out for server_login_retry after the
+promotion). Without it the matrix has none of them. Their cells were
+measured on direct and transaction: --standby --topology direct,transaction
+--fault PRIMARY_FAILOVER_LOSSY runs that fault's.
+
 --replicas runs every cell with N replicas instead of 2. The expectations
 were measured with 2. A double-run needs two replicas, so --replicas 1 is
 refused for a selection with a cell that expects one; narrow it (such as
@@ -73,6 +84,24 @@ refused for a selection with a cell that expects one; narrow it (such as
 
 // envChaosTopologies selects the matrix's topologies.
 const envChaosTopologies = "CHAOS_TOPOLOGIES"
+
+// envChaosStandby adds the failover cells when --standby is not given.
+const envChaosStandby = "CHAOS_STANDBY"
+
+// chaosStandby is whether the failover cells run: --standby when given,
+// else CHAOS_STANDBY (1 or true; 0, false or empty for no).
+func chaosStandby(flag, flagSet bool, env string) (bool, error) {
+	if flagSet {
+		return flag, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(env)) {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, envError{fmt.Sprintf("%s: %q is not 1 or 0; set CHAOS_STANDBY=1 to add the failover cells", envChaosStandby, env)}
+}
 
 func chaosCommand() command {
 	return command{
@@ -91,6 +120,7 @@ func chaosCommand() command {
 			shard := fs.String("shard", "", "run only slice i of n of the cells, such as 2/4 (doublerun chaos merge joins the slices)")
 			poolSizes := fs.String("pool-sizes", "", chaosPoolSizesHelp)
 			replicaFile := fs.String("replica", "", "a JSON file with the replica command every cell runs instead of the strategy's lease")
+			standby := fs.Bool("standby", false, "add the failover faults' cells, each mode on a stack with a standby (or "+envChaosStandby+"=1)")
 			if err := parse(fs, args); err != nil {
 				return err
 			}
@@ -124,7 +154,11 @@ func chaosCommand() command {
 			if err != nil {
 				return err
 			}
-			cells, err := chaosCells(*faultName, *strategy, *topology, os.Getenv(envChaosTopologies))
+			withStandby, err := chaosStandby(*standby, fs.isSet("standby"), os.Getenv(envChaosStandby))
+			if err != nil {
+				return err
+			}
+			cells, err := chaosCells(*faultName, *strategy, *topology, os.Getenv(envChaosTopologies), withStandby)
 			if err != nil {
 				return err
 			}
@@ -227,9 +261,16 @@ func validateCells(cells []chaos.Cell, replicas int) error {
 
 // chaosCells picks the cells the flags and CHAOS_TOPOLOGIES select. Each
 // unknown name is a usage error that lists the valid ones.
-func chaosCells(faultName, strategy, topology, envTopologies string) ([]chaos.Cell, error) {
-	if strategy != "" && !slices.Contains(chaos.Strategies, strategy) {
-		return nil, usageError{fmt.Sprintf("unknown strategy %q; valid: %s", strategy, strings.Join(chaos.Strategies, ", "))}
+func chaosCells(faultName, strategy, topology, envTopologies string, standby bool) ([]chaos.Cell, error) {
+	strategies := chaos.Strategies
+	if standby {
+		strategies = chaos.StandbyStrategies
+	}
+	if strategy != "" && !slices.Contains(strategies, strategy) {
+		if slices.Contains(chaos.StandbyStrategies, strategy) {
+			return nil, usageError{fmt.Sprintf("strategy %s has cells only under the failover faults; add --standby", strategy)}
+		}
+		return nil, usageError{fmt.Sprintf("unknown strategy %q; valid: %s", strategy, strings.Join(strategies, ", "))}
 	}
 	if faultName != "" {
 		if err := fault.CheckName(faultName); err != nil {
@@ -251,8 +292,14 @@ func chaosCells(faultName, strategy, topology, envTopologies string) ([]chaos.Ce
 		}
 		topologies = ts
 	}
+	all := chaos.Matrix(topologies...)
+	if standby {
+		all = append(all, chaos.StandbyMatrix(topologies...)...)
+	} else if faultName != "" && slices.ContainsFunc(chaos.StandbyMatrix(), func(c chaos.Cell) bool { return c.Fault == faultName }) {
+		return nil, usageError{fmt.Sprintf("fault %s fails the primary over: its cells need a stack with a standby; add --standby (or CHAOS_STANDBY=1)", faultName)}
+	}
 	var cells []chaos.Cell
-	for _, c := range chaos.Matrix(topologies...) {
+	for _, c := range all {
 		if (faultName == "" || c.Fault == faultName) && (strategy == "" || c.Strategy == strategy) {
 			cells = append(cells, c)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/chaos"
 	"github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
@@ -107,28 +108,75 @@ func TestChaosBadInputGetsOneLine(t *testing.T) {
 
 func TestChaosCellsSelection(t *testing.T) {
 	t.Parallel()
-	cells, err := chaosCells("", "", "", "")
+	cells, err := chaosCells("", "", "", "", false)
 	require.NoError(t, err)
 	require.Len(t, cells, 35, "every strategy and fault on the transaction topology")
 	for _, c := range cells {
 		require.Equal(t, scenarios.Transaction, c.Topology)
 	}
-	cells, err = chaosCells("", "", "", "direct, pinned")
+	cells, err = chaosCells("", "", "", "direct, pinned", false)
 	require.NoError(t, err)
 	require.Len(t, cells, 31+47, "advisory-wait has 8 cells on direct and 12 on pinned")
-	cells, err = chaosCells("", "fenced", "session", "direct")
+	cells, err = chaosCells("", "fenced", "session", "direct", false)
 	require.NoError(t, err, "--topology overrides CHAOS_TOPOLOGIES")
 	require.Len(t, cells, 11)
-	cells, err = chaosCells("FREEZE_LEADER", "", "", "")
+	cells, err = chaosCells("FREEZE_LEADER", "", "", "", false)
 	require.NoError(t, err)
 	require.Equal(t, []string{"advisory/transaction/FREEZE_LEADER", "advisory-unguarded/transaction/FREEZE_LEADER", "fenced/transaction/FREEZE_LEADER"},
 		[]string{cells[0].Name(), cells[1].Name(), cells[2].Name()})
-	cells, err = chaosCells("none", "advisory", "pinned", "")
+	cells, err = chaosCells("none", "advisory", "pinned", "", false)
 	require.NoError(t, err)
 	require.Len(t, cells, 1)
 	sc, err := cells[0].Scenario()
 	require.NoError(t, err)
 	require.Equal(t, scenarios.ExpectSafe, sc.Expect)
+}
+
+// --standby adds the failover faults' cells, each on its block's standby,
+// after the default list, which it leaves as it is; without it they are
+// none of the matrix's.
+func TestChaosCellsWithStandby(t *testing.T) {
+	t.Parallel()
+	plain, err := chaosCells("", "", "", "", false)
+	require.NoError(t, err)
+	with, err := chaosCells("", "", "", "", true)
+	require.NoError(t, err)
+	require.Equal(t, plain, with[:len(plain)], "the default cells first, unchanged")
+	var names []string
+	for _, c := range with[len(plain):] {
+		names = append(names, c.Name()+" "+string(c.Standby))
+		sc, err := c.Scenario()
+		require.NoError(t, err, c.Name())
+		require.Equal(t, c.Standby, sc.Standby, "the scenario runs on the cell's standby")
+	}
+	require.Equal(t, []string{
+		"advisory/transaction/PRIMARY_FAILOVER sync", "advisory/transaction/PRIMARY_FAILOVER_LOSSY async", "advisory/transaction/SWITCHOVER sync",
+		"advisory-unguarded/transaction/PRIMARY_FAILOVER sync", "advisory-unguarded/transaction/PRIMARY_FAILOVER_LOSSY async", "advisory-unguarded/transaction/SWITCHOVER sync",
+		"fenced/transaction/PRIMARY_FAILOVER sync", "fenced/transaction/PRIMARY_FAILOVER_LOSSY async", "fenced/transaction/SWITCHOVER sync",
+		"fenced-epoch/transaction/PRIMARY_FAILOVER sync", "fenced-epoch/transaction/PRIMARY_FAILOVER_LOSSY async", "fenced-epoch/transaction/SWITCHOVER sync",
+	}, names)
+	lossy, err := chaosCells("PRIMARY_FAILOVER_LOSSY", "", "direct,transaction", "", true)
+	require.NoError(t, err)
+	require.Len(t, lossy, 5+4, "direct: four strategies and fenced-epoch; transaction: advisory-wait refuses it")
+	for _, c := range lossy {
+		e, ok := chaos.Expect(c)
+		require.True(t, ok)
+		if c.Strategy == "fenced" {
+			require.Equal(t, scenarios.ExpectRegresses, e.Expect, c.Name())
+		}
+	}
+	_, err = chaosCells("SWITCHOVER", "", "", "", false)
+	require.EqualError(t, err, "fault SWITCHOVER fails the primary over: its cells need a stack with a standby; add --standby (or CHAOS_STANDBY=1)")
+	_, err = chaosCells("", "fenced-epoch", "", "", false)
+	require.EqualError(t, err, "strategy fenced-epoch has cells only under the failover faults; add --standby")
+	on, err := chaosStandby(false, false, "1")
+	require.NoError(t, err)
+	require.True(t, on)
+	off, err := chaosStandby(false, true, "1")
+	require.NoError(t, err)
+	require.False(t, off, "the flag overrides CHAOS_STANDBY")
+	_, err = chaosStandby(false, false, "yes")
+	require.ErrorContains(t, err, `CHAOS_STANDBY: "yes" is not 1 or 0`)
 }
 
 // --replica's file is read and its command found before any stack

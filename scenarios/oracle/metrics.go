@@ -133,6 +133,10 @@ type Options struct {
 	// began (validity.go).
 	StaleWritesOnly bool
 	FaultHold       time.Duration
+	// Regression says the run is judged by a token regression (the
+	// expectation regresses): it could show one only if the failover lost
+	// an acknowledged grant (validity_loss.go).
+	Regression bool
 }
 
 // Metrics are the figures a run is judged by.

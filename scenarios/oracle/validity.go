@@ -25,6 +25,7 @@ const (
 	ConditionPath       = "traffic path"
 	ConditionWork       = "enough work"
 	ConditionNewerTerm  = "newer term"
+	ConditionLostGrant  = "grant lost"
 )
 
 // MinPieces is the floor of the work condition: pieces of leader work
@@ -107,6 +108,10 @@ const (
 func validity(h History, opts Options) Validity {
 	f := faultOf(h)
 	conds := []Condition{contention(h, opts, f), struck(h, opts, f), path(h, opts), enoughWork(h, f), newerTerm(h, opts, f)}
+	if opts.Regression {
+		// Only then, so that every other report keeps its conditions.
+		conds = append(conds, lostGrant(h))
+	}
 	v := Validity{Valid: true, Conditions: conds}
 	for _, c := range conds {
 		v.Valid = v.Valid && c.Holds

@@ -149,8 +149,9 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		}
 	case "PRIMARY_FAILOVER", "SWITCHOVER":
 		// Caught by TestValidityStruck/failover and its failures.
-		c.Holds = chaosHas(" promoted, timeline ") && chaosHas("first statement on the new primary")
-		c.Figure, c.Reason = "the primary down, the standby promoted, a statement on it", f.name+" never logged the standby promoted and a statement on it"
+		missing := failoverMissing(chaosHas)
+		c.Holds = missing == ""
+		c.Figure, c.Reason = failoverShown, f.name+" never logged "+missing
 	case "PRIMARY_FAILOVER_LOSSY":
 		stop, ok := chaos(l, "SIGSTOP")
 		switch {
@@ -158,8 +159,8 @@ func struck(h History, opts Options, f faultSpan) Condition {
 			c.Reason = "PRIMARY_FAILOVER_LOSSY never detached the standby: nothing was lost on purpose"
 		case !ok || !working(l, stop.At):
 			c.Reason = fmt.Sprintf("PRIMARY_FAILOVER_LOSSY froze no leader mid-work: no SIGSTOP of %q while it worked, so no grant was made on the primary alone", l)
-		case !chaosHas(" promoted, timeline ") || !chaosHas("first statement on the new primary"):
-			c.Reason = "PRIMARY_FAILOVER_LOSSY never logged the standby promoted and a statement on it"
+		case failoverMissing(chaosHas) != "":
+			c.Reason = "PRIMARY_FAILOVER_LOSSY never logged " + failoverMissing(chaosHas)
 		default:
 			c.Holds, c.Figure = true, fmt.Sprintf("standby detached, leader %s frozen mid-work at %s, the standby promoted", l, rel(h, stop.At))
 		}

@@ -211,23 +211,28 @@ func TestValidityStruck(t *testing.T) {
 	fails("graceful at rest", struckBy(t, "GRACEFUL_HANDOVER", work, ev(EventInjected, "r1", "SIGTERM pid 7", 420), ev(EventReplicaStopped, "r1", "", 520)), "GRACEFUL_HANDOVER sent SIGTERM to r1 while it did no leader work: it was not leading")
 	fails("graceful that never ends", struckBy(t, "GRACEFUL_HANDOVER", work, term, ev(EventReplicaStopped, "r2", "", 420)), "GRACEFUL_HANDOVER's SIGTERM never made r1 exit: it did not release")
 
+	down := ev(EventChaos, "", "primary pg1 down, 40ms after the SIGKILL", 360)
 	promoted := ev(EventChaos, "", "pg2 promoted, timeline 2, 150ms after the SIGKILL", 450)
+	repointed := ev(EventChaos, "", "address leads to pg2, 155ms after the SIGKILL", 455)
 	first := ev(EventChaos, "", "first statement on the new primary through postgres, 170ms after the SIGKILL", 470)
 	for _, name := range []string{"PRIMARY_FAILOVER", "SWITCHOVER"} {
-		holds("failover", struckBy(t, name, work, promoted, first), "the primary down, the standby promoted, a statement on it")
-		fails("failover without a promotion", struckBy(t, name, work, first), name+" never logged the standby promoted and a statement on it")
-		fails("failover without a statement", struckBy(t, name, work, promoted), name+" never logged the standby promoted and a statement on it")
+		holds("failover", struckBy(t, name, work, down, promoted, repointed, first), "the primary down, the standby promoted, the address repointed, a statement on the new primary")
+		fails("failover without the primary down", struckBy(t, name, work, promoted, repointed, first), name+" never logged the primary down")
+		fails("failover without a promotion", struckBy(t, name, work, down, repointed, first), name+" never logged the standby promoted")
+		fails("failover without a repoint", struckBy(t, name, work, down, promoted, first), name+" never logged the address repointed")
+		fails("failover without a statement", struckBy(t, name, work, down, promoted, repointed), name+" never logged a statement on the new primary")
 	}
 	detached := ev(EventChaos, "", "standby pg2 detached: from here on the primary alone has the commits", 320)
 	frozen := ev(EventChaos, "r1", "SIGSTOP pid 7 in the middle of its work, for 3s, while the primary alone takes the commits", 350)
-	holds("lossy", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, frozen, promoted, first), "standby detached, leader r1 frozen mid-work at +350ms, the standby promoted")
-	fails("lossy without a detach", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, frozen, promoted, first), "PRIMARY_FAILOVER_LOSSY never detached the standby: nothing was lost on purpose")
+	holds("lossy", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, frozen, down, promoted, repointed, first), "standby detached, leader r1 frozen mid-work at +350ms, the standby promoted")
+	fails("lossy without a detach", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, frozen, down, promoted, repointed, first), "PRIMARY_FAILOVER_LOSSY never detached the standby: nothing was lost on purpose")
 	noFreeze := `PRIMARY_FAILOVER_LOSSY froze no leader mid-work: no SIGSTOP of "r1" while it worked, so no grant was made on the primary alone`
-	fails("lossy without a freeze", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, promoted, first), noFreeze)
-	fails("lossy that froze a leader at rest", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, ev(EventChaos, "r1", "SIGSTOP pid 7", 420), promoted, first), noFreeze)
-	noPromotion := "PRIMARY_FAILOVER_LOSSY never logged the standby promoted and a statement on it"
-	fails("lossy without a promotion", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, frozen, first), noPromotion)
-	fails("lossy without a statement", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, frozen, promoted), noPromotion)
+	fails("lossy without a freeze", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, down, promoted, repointed, first), noFreeze)
+	fails("lossy that froze a leader at rest", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, ev(EventChaos, "r1", "SIGSTOP pid 7", 420), down, promoted, repointed, first), noFreeze)
+	fails("lossy without the primary down", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, frozen, promoted, repointed, first), "PRIMARY_FAILOVER_LOSSY never logged the primary down")
+	fails("lossy without a promotion", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, frozen, down, repointed, first), "PRIMARY_FAILOVER_LOSSY never logged the standby promoted")
+	fails("lossy without a repoint", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, frozen, down, promoted, first), "PRIMARY_FAILOVER_LOSSY never logged the address repointed")
+	fails("lossy without a statement", struckBy(t, "PRIMARY_FAILOVER_LOSSY", work, detached, frozen, down, promoted, repointed), "PRIMARY_FAILOVER_LOSSY never logged a statement on the new primary")
 
 	fails("unknown", struckBy(t, "NEW_FAULT", work), "fault NEW_FAULT has no evidence this doublerun knows of")
 }
