@@ -52,11 +52,11 @@ func TestJobsAcrossALossyFailover(t *testing.T) {
 		there[k] = true
 	}
 	var lost, kept []string
-	completed := 0
+	completed := map[string]bool{}
 	for _, a := range h.Acks {
 		switch {
 		case a.Kind == oracle.AckCompleted:
-			completed++
+			completed[a.Key] = true
 		case a.Kind != oracle.AckEnqueue:
 		case there[a.Key]:
 			kept = append(kept, a.Key)
@@ -65,7 +65,7 @@ func TestJobsAcrossALossyFailover(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, kept, "acknowledged enqueues survived the promotion")
-	require.Positive(t, completed, "the leader's completions were acknowledged")
+	require.NotEmpty(t, completed, "the leader's completions were acknowledged")
 	var counted []string
 	for _, a := range l.LostEnqueues {
 		counted = append(counted, a.Key)
@@ -78,7 +78,7 @@ func TestJobsAcrossALossyFailover(t *testing.T) {
 	require.NoError(t, err)
 	c := report.CountLoss(h, l)
 	require.Contains(t, string(md), "| **acknowledged enqueues lost** | "+strconv.Itoa(len(lost))+" of "+strconv.Itoa(len(lost)+len(kept))+" |")
-	require.Contains(t, string(md), "| **completed jobs run again** | "+strconv.Itoa(c.RerunJobs)+" of "+strconv.Itoa(completed)+" completed")
+	require.Contains(t, string(md), "| **completed jobs run again** | "+strconv.Itoa(c.RerunJobs)+" of "+strconv.Itoa(len(completed))+" completed")
 	data, err := os.ReadFile(filepath.Join(dir, sc.Name, "report.json"))
 	require.NoError(t, err)
 	r, err := report.Recompute(data)

@@ -13,7 +13,7 @@ type LossCounts struct {
 	LostEnqueues, AckedEnqueues int
 	// RerunJobs counts the distinct jobs that ran again after their
 	// completion was acknowledged, Reruns every such start, and Completed
-	// the acknowledged completions.
+	// the distinct jobs whose completion was acknowledged.
 	RerunJobs, Reruns, Completed int
 	TokenRegressions             int
 }
@@ -22,6 +22,7 @@ type LossCounts struct {
 func CountLoss(h oracle.History, l *oracle.Loss) LossCounts {
 	c := LossCounts{LostWrites: len(l.LostWrites), LostEnqueues: len(l.LostEnqueues),
 		Reruns: len(l.RerunJobs), TokenRegressions: len(l.TokenRegressions)}
+	done := map[string]bool{}
 	for _, a := range h.Acks {
 		switch a.Kind {
 		case oracle.AckWrite:
@@ -29,9 +30,10 @@ func CountLoss(h oracle.History, l *oracle.Loss) LossCounts {
 		case oracle.AckEnqueue:
 			c.AckedEnqueues++
 		case oracle.AckCompleted:
-			c.Completed++
+			done[a.Key] = true
 		}
 	}
+	c.Completed = len(done)
 	jobs := map[string]bool{}
 	for _, r := range l.RerunJobs {
 		jobs[r.Completed.Key] = true
