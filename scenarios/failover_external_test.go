@@ -86,7 +86,7 @@ func TestExternalFailover(t *testing.T) {
 		steps := strings.Join(report.FailoverSteps(rep.History), "\n")
 		t.Log(steps)
 		for _, want := range []string{"failover command started: echo failover", "first failed statement through",
-			`failover command exited: exit 0`, `its last line: "failover: ok"`, "timeline 1 → 2 through", "first statement on the new primary through"} {
+			`failover command exited: exit 0`, `its last line: "failover: ok"`, "the server behind postgres promoted, timeline 2 (was 1)", "first statement on the new primary through"} {
 			require.Contains(t, steps, want)
 		}
 		require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
