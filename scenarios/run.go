@@ -20,6 +20,7 @@ import (
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/reexec"
+	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 )
@@ -449,5 +450,11 @@ func (r *run) load(ctx context.Context, start, end time.Time) (oracle.History, e
 		return oracle.History{}, fmt.Errorf("read the pair's primary back: %w", err)
 	}
 	defer pair.Close(context.WithoutCancel(ctx))
-	return oracle.LoadFailover(ctx, r.conn, pair, start, end)
+	h, err := oracle.LoadFailover(ctx, r.conn, pair, start, end)
+	if err != nil || !r.sc.Jobs {
+		return h, err
+	}
+	// Caught by TestJobsAcrossALossyFailover.
+	h.Survivors.Jobs, err = replica.JobKeys(ctx, pair)
+	return h, err
 }

@@ -200,6 +200,12 @@ func (r *run) pool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 // earlier run's failover left the pair without one.
 func (r *run) checkStandby(ctx context.Context) error {
 	s := r.opts.Stack
+	// Your own cluster: the scenario's standby says what it is, and the
+	// environment must say how to fail it over and where the oracle
+	// lives. Caught by TestExternalFailoverNeedsAnOracle.
+	if r.sc.Standby != "" && s.Provider() == stack.ProviderExternal {
+		return s.FailoverReady()
+	}
 	rep, ok := s.Replication()
 	switch {
 	case r.sc.Standby == "" && !ok:

@@ -78,6 +78,7 @@ func (r *run) startReplicas(ctx context.Context) error {
 			TTL:          r.sc.TTL,
 			Unfenced:     r.sc.Unfenced,
 			Acks:         r.sc.Standby != "",
+			Jobs:         r.sc.Jobs,
 		}
 		start := r.startReplica
 		if r.sc.Replica != nil {

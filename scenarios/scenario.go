@@ -77,7 +77,14 @@ type Scenario struct {
 	// compared with what the primary holds after the failover
 	// (oracle.Loss).
 	Standby stack.ReplicationMode `json:"standby,omitempty"`
-	Expect  Expectation           `json:"expect"`
+	// Jobs makes every replica run the durable job worker (package
+	// worker) beside its leader work: each enqueues jobs, the leader
+	// claims and completes them, and the report gives the acknowledged
+	// enqueues a failover lost and the completed jobs it ran again
+	// (oracle.Loss). It needs Standby, where the jobs are read back from
+	// the new primary, and a built-in replica.
+	Jobs   bool        `json:"jobs,omitempty"`
+	Expect Expectation `json:"expect"`
 	// Replica, when set, runs each replica as the user's command instead
 	// of Strategy's lease. Strategy still says what the command's lease is
 	// like: its traits decide which faults apply, its Setup runs, and the
@@ -299,6 +306,13 @@ func (s Scenario) Validate() error {
 	}
 	if s.Replica != nil {
 		s.Replica.Validate(bad)
+	}
+	// Caught by TestParseScenarioNamesTheBadField/JobsNeedAStandby.
+	if s.Jobs && s.Standby == "" {
+		bad("jobs", "true", `needs "standby": the jobs a failover lost are counted on the primary a failover left; add "standby": "async" (or "sync")`)
+	}
+	if s.Jobs && s.Replica != nil {
+		bad("jobs", "true", `runs the built-in job worker, and "replica" runs a command of your own instead; drop one of the two`)
 	}
 	switch s.Expect {
 	case ExpectSafe, ExpectReproduces, ExpectFenced, ExpectReproducesOrOrphans, ExpectRegresses:

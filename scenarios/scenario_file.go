@@ -118,6 +118,11 @@ func ParseScenario(data []byte, fallbackName string) (Scenario, error) {
 			bad("unfenced", "%s is not true or false", v)
 		}
 	}
+	if v, ok := raw["jobs"]; ok {
+		if err := json.Unmarshal(v, &sc.Jobs); err != nil {
+			bad("jobs", "%s is not true or false", v)
+		}
+	}
 	if v, ok := raw["topology"]; ok {
 		var topo map[string]json.RawMessage
 		if err := json.Unmarshal(v, &topo); err != nil {
@@ -182,7 +187,7 @@ func outOfRange(field string, v json.RawMessage) (string, bool) {
 }
 
 // scenarioFields are the JSON fields of a Scenario, in its order.
-var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "standby", "expect", "replica"}
+var scenarioFields = []string{"name", "description", "strategy", "topology", "replicas", "duration", "poll_interval", "work", "ttl", "fault", "unfenced", "standby", "jobs", "expect", "replica"}
 
 // jsonProblem says in a user's words why data is not the JSON expected:
 // where it stops being JSON, or what kind of value it holds instead of an

@@ -83,7 +83,8 @@ func buildOutcomes(jobs []*Job, errs []error, retryDelay func(attempt int) time.
 // its visibility timeout passed and another claim took it, this outcome is
 // late and the newer claim owns the job.
 
-// completedSQL completes the jobs that succeeded. $2 holds "id/attempt"
+// completedSQL completes the jobs that succeeded and returns their IDs
+// (Config.Completed). $2 holds "id/attempt"
 // of each; = ANY over an array of constants is a hash lookup. Caught: the
 // attempt by TestJobs/LateOutcomeOfAReclaimedJobIsNotRecorded; the
 // primary key by TestComplete/FindsTheJobsThroughThePrimaryKey.
@@ -91,7 +92,7 @@ const completedSQL = `
 UPDATE %[1]s SET state = 'completed', finalized_at = now(), finalized_token = $3::bigint
 WHERE id = ANY(ARRAY(SELECT unnest($1::bigint[]))) AND state = 'running'
   AND (id::text || '/' || attempt::text) = ANY($2::text[])
-RETURNING state`
+RETURNING id`
 
 // failedSQL puts back or discards the jobs that failed. $1 maps each job's
 // ID to its outcome, {"<id>": {"a": attempt, "s": state, "d": delay in µs,
@@ -216,9 +217,17 @@ func (w *Worker) complete(ctx context.Context, term lease.Term, jobs []*Job, err
 		recorded = append(recorded, states...)
 		return err
 	}
+	var completed []int64
 	if ids, keys := o.succeeded(); len(ids) > 0 {
-		if err := record(completedSQL, ids, keys, term.Token); err != nil {
+		rows, err := tx.Query(ctx, fmt.Sprintf(completedSQL, w.table), ids, keys, term.Token)
+		if err == nil {
+			completed, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+		if err != nil {
 			return fmt.Errorf("record outcomes of %d jobs: %w", n, err)
+		}
+		for range completed {
+			recorded = append(recorded, StateCompleted)
 		}
 	}
 	if failed := o.failed(); failed != "" {
@@ -244,6 +253,11 @@ func (w *Worker) complete(ctx context.Context, term lease.Term, jobs []*Job, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("record outcomes of %d jobs: commit: %w", n, err)
+	}
+	// Only after the commit returned: a completion told of before it
+	// could still roll back. Caught by TestCompleted/NamesTheJobsWhoseCompletionLanded.
+	if w.config.Completed != nil && len(completed) > 0 {
+		w.config.Completed(ctx, completed)
 	}
 	w.count(recorded, &rep)
 	if lost := n - len(recorded); lost > 0 {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -116,6 +117,14 @@ type Config struct {
 	// table; default 24 h. The leader deletes older ones in a sweep of its
 	// own (see the package documentation). Negative keeps them forever.
 	Retention time.Duration
+	// Completed, if set, is called after each transaction that records
+	// outcomes commits, with the IDs of the jobs it completed: only those
+	// whose completion landed (a late outcome of a job another claim took
+	// is not among them). It runs in the worker's recording path, so it
+	// holds up the next recording while it runs; keep it short. For an
+	// application that tells someone a job is done, and for doublerun's
+	// own accounting of what a primary failover lost.
+	Completed func(ctx context.Context, ids []int64)
 
 	// DegradedStatusCode is the HTTP status the health handler answers when
 	// degraded; default 200, as the original did, so that a probe reads the

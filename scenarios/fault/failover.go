@@ -39,6 +39,9 @@ const failoverTimeout = 3 * time.Minute
 // each step. leader is the replica the fault struck at.
 func failOver(ctx context.Context, t Target, leader, how string, down func(context.Context) error) error {
 	s := t.Stack()
+	if s.Provider() == stack.ProviderExternal {
+		return externalFailOver(ctx, t, leader)
+	}
 	primary, standby, err := pair(s)
 	if err != nil {
 		return err

@@ -10,6 +10,11 @@
 //     the fence, log its end. It runs as this binary started again
 //     (Spec.ChildCommand, package scenarios/reexec), or as a replica
 //     command (`doublerun replica`, RunAsCommand).
+//   - jobs.go: jobs mode (Scenario.Jobs), the durable job worker of
+//     package worker beside the leader work: every replica enqueues, the
+//     leader claims and completes, and the oracle hears of each
+//     acknowledged enqueue and completion and each start of a job, so a
+//     failover's lost enqueues and reruns can be counted.
 //   - recorder.go: where a replica reports its work, the oracle's Recorder
 //     or the doublerun.* SQL functions a replica in any language calls.
 //   - command.go and logmatch.go: a replica that is a program of the

@@ -76,6 +76,9 @@ func leadAndWork(ctx context.Context, spec Spec, rec workRecorder, log *slog.Log
 		return err
 	}
 	poolCfg.MaxConns = 2
+	if spec.Jobs {
+		poolCfg.MaxConns = 5 // the enqueuer, a claim, a completion, the sweep's write
+	}
 	poolCfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
@@ -83,7 +86,7 @@ func leadAndWork(ctx context.Context, spec Spec, rec workRecorder, log *slog.Log
 	}
 	defer pool.Close()
 
-	w, err := worker.New(worker.Config{
+	cfg := worker.Config{
 		Lease:          l,
 		Sweeps:         []worker.Sweep{leaderWork(spec, l, rec, pool, log)},
 		ID:             spec.Replica,
@@ -92,12 +95,26 @@ func leadAndWork(ctx context.Context, spec Spec, rec workRecorder, log *slog.Log
 		BackoffMax:     time.Second,
 		LeaseTimeout:   10 * time.Second,
 		Logger:         log,
-	})
+	}
+	var js *jobs
+	if spec.Jobs {
+		if err := worker.Migrate(ctx, pool, ""); err != nil {
+			return err
+		}
+		js = newJobs(spec, rec, pool, log)
+		cfg = js.config(cfg)
+	}
+	w, err := worker.New(cfg)
 	if err != nil {
 		return err
 	}
 	if err := w.Start(ctx); err != nil {
 		return err
+	}
+	if js != nil {
+		enqueued := make(chan struct{})
+		go func() { defer close(enqueued); js.enqueue(ctx) }()
+		defer func() { <-enqueued }()
 	}
 	_ = rec.Event(ctx, oracle.EventReplicaStarted, fmt.Sprintf("pid %d", os.Getpid()))
 	claims := newClaimer(l, st, rec)

@@ -22,6 +22,7 @@ type workRecorder interface {
 	Rejected(ctx context.Context, tx oracle.Querier, token int64) error
 	SideEffectKey(ctx context.Context, tx oracle.Querier, token int64, fenced bool) (string, error)
 	Ack(ctx context.Context, kind, key string, token int64) error
+	JobRun(ctx context.Context, key string) error
 	Close()
 }
 
@@ -97,5 +98,10 @@ func (r *sqlRecorder) SideEffectKey(ctx context.Context, tx oracle.Querier, toke
 
 func (r *sqlRecorder) Ack(ctx context.Context, kind, key string, token int64) error {
 	_, err := r.pool.Exec(ctx, `SELECT doublerun.ack($1, $2, $3, $4)`, r.replica, kind, key, token)
+	return err
+}
+
+func (r *sqlRecorder) JobRun(ctx context.Context, key string) error {
+	_, err := r.pool.Exec(ctx, `SELECT doublerun.job_run($1, $2)`, r.replica, key)
 	return err
 }

@@ -32,6 +32,11 @@ type Spec struct {
 	// its commit acknowledged (oracle.Ack), on a stack with a standby,
 	// whose failover may lose it.
 	Acks bool `json:"acks,omitempty"`
+	// Jobs makes the replica run the durable job worker on the work
+	// endpoint beside its leader work, and tell the oracle of each
+	// enqueue and completion it was acknowledged and each start of a
+	// job (jobs.go); Scenario.Jobs.
+	Jobs bool `json:"jobs,omitempty"`
 	// AppName is the lease connection's application_name: the protocol's
 	// DOUBLERUN_APPLICATION_NAME for a built-in lease run as a replica
 	// command, and the same name in the runner's own replicas (Named).

@@ -53,6 +53,7 @@ func Markdown(r *scenarios.Report) string {
 	row("side-effect writes accepted", fmt.Sprint(m.Writes))
 	row("stale writes accepted / rejected", fmt.Sprintf("%d / %d", m.StaleWrites.Accepted, m.StaleWrites.Rejected))
 	row("**fence**", fenceText(r))
+	lossRows(r.History, m.Loss, row)
 	if pids := r.BackendPIDs(); len(pids) > 0 {
 		var parts []string
 		for _, id := range slices.Sorted(maps.Keys(pids)) {

@@ -30,10 +30,10 @@ func (s *Stack) CreateDatabase(ctx context.Context, prefix string) (string, erro
 // the stack's Postgres and, on an HA stack, the oracle server beside it,
 // so that its Oracle endpoint reaches the same database name.
 func (s *Stack) databaseServers() []Endpoint {
-	if s.ha == nil {
-		return []Endpoint{s.postgres}
+	if o := s.Oracle(); o.DSN != s.postgres.DSN {
+		return []Endpoint{s.postgres, o}
 	}
-	return []Endpoint{s.postgres, s.ha.oracle}
+	return []Endpoint{s.postgres}
 }
 
 func createDatabase(ctx context.Context, ep Endpoint, name string) error {

@@ -43,6 +43,7 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 		}
 	}
 	pg, _ := pgx.ParseConfig(vars[0].value)
+	var err error
 	s := &Stack{
 		provider: ProviderExternal,
 		backend:  &externalBackend{opts: opts, host: pg.Host, port: int(pg.Port)},
@@ -54,6 +55,9 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 		s.asked = opts.Versions
 	}
 	s.postgres = Endpoint{Name: PostgresName, DSN: vars[0].value}
+	if s.ext, err = readExternalFailover(ctx, opts); err != nil {
+		return nil, err
+	}
 	version, err := probe(ctx, s.postgres.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("external provider: %s (%s) does not answer: %s; %s", EnvPostgresDSN, hostPort(s.postgres.DSN), connectCause(err), externalFix)

@@ -241,6 +241,9 @@ func (h *ha) configure(ctx context.Context, primary, standby *haNode) error {
 // stack a third Postgres that no failover touches, elsewhere the stack's
 // own Postgres.
 func (s *Stack) Oracle() Endpoint {
+	if s.ext != nil && s.ext.oracle.DSN != "" {
+		return s.ext.oracle
+	}
 	if s.ha == nil {
 		return s.postgres
 	}

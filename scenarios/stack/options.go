@@ -86,6 +86,10 @@ type Options struct {
 
 	// lookupEnv lets tests supply the environment; default os.LookupEnv.
 	lookupEnv func(string) (string, bool)
+	// LookupEnv, if set, is the environment the stack reads its
+	// variables from instead of the process's: for a stack of a test's
+	// own exported as an external one (Stack.Env).
+	LookupEnv func(string) (string, bool)
 	// dockerBridge puts a docker stack on a private network with published
 	// ports even where its containers could share the host's network, as
 	// on engines that cannot (Docker Desktop), so tests cover that path.
@@ -230,6 +234,9 @@ func CheckPoolSize(n int) error {
 
 func (o Options) getenv(k string) string {
 	lookup := o.lookupEnv
+	if lookup == nil {
+		lookup = o.LookupEnv
+	}
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}

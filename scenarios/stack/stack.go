@@ -55,6 +55,8 @@ type Stack struct {
 	asked string
 	// ha is the failover side of a stack with a standby, nil without.
 	ha *ha
+	// ext is the failover side of an external stack (external_failover.go).
+	ext *externalFailover
 }
 
 // backend is what a provider implements.

@@ -73,6 +73,9 @@ type history struct {
 		Token         int64
 		Call, Return  time.Time
 	} `json:"token_ops"`
+	Acks      []ack      `json:"acks"`
+	JobRuns   []jobRun   `json:"job_runs"`
+	Survivors *survivors `json:"survivors"`
 }
 
 // figures maps a figure's place in report.json, such as
@@ -216,6 +219,7 @@ func recompute(f file) figures {
 	got["metrics.max_concurrent_leaders"] = strconv.Itoa(most)
 	failover(h, pieces, got)
 	grants(h, got)
+	jobLoss(h, got)
 	orphanedFigures(h, msDuration(*f.OrphanTolerance), got)
 	ops, legal := linearizable(h)
 	if ops > 0 {
