@@ -234,8 +234,10 @@ func TestRunRejectsBadScenarios(t *testing.T) {
 
 // fenceReasons are the reasons a verdict gives for the fence's check.
 var fenceReasons = map[string]string{
-	"NoLegalOrderFailsWhateverTheWindowsSay": "the fence's history is not linearizable: its 9 grants, renewals and fenced writes have no legal order (see linearizability.html)",
-	"AnUnfinishedCheckFails":                 "the linearizability check of the fence's 9 operations did not finish in time: the fence is unproven",
+	"NoLegalOrderFailsWhateverTheWindowsSay":  "the fence's history is not linearizable: its 9 grants, renewals and fenced writes have no legal order (see linearizability.html)",
+	"AnUnfinishedCheckFails":                  "the linearizability check of the fence's 9 operations did not finish in time: the fence is unproven",
+	"RegressesWithARegressionAndNoLegalOrder": "regressed: 1 token regressions, the first token 2 granted to r2 again, after r2 was granted it; 0 stale writes accepted; the fence's history of 9 operations: linearizable no",
+	"RegressesBelow":                          "regressed: 1 token regressions, the first r1 granted token 1, below token 2 of r2; 0 stale writes accepted; the fence's history of 9 operations: linearizable yes",
 }
 
 func TestJudgeFailsInEitherDirection(t *testing.T) {
@@ -277,6 +279,8 @@ func TestJudgeFailsInEitherDirection(t *testing.T) {
 		{"NoLegalOrderFailsAFencedRun", ExpectFenced, withFence(double, oracle.LinearizableNo), 5, false},
 		{"AnUnfinishedCheckFails", ExpectSafe, withFence(clean, oracle.LinearizableUnknown), 5, false},
 		{"RegressesWithARegressionAndNoLegalOrder", ExpectRegresses, withFence(regressed, oracle.LinearizableNo), 5, true},
+		{"RegressesBelow", ExpectRegresses, withFence(oracle.Metrics{Validity: valid, Loss: &oracle.Loss{TokenRegressions: []oracle.TokenRegression{{
+			Grant: oracle.Grant{Replica: "r1", Token: 1}, Earlier: oracle.Grant{Replica: "r2", Token: 2}, Why: oracle.RegressionBelow}}}}, oracle.LinearizableYes), 5, true},
 		{"RegressesFailsWithoutARegression", ExpectRegresses, withFence(lostNothing, oracle.LinearizableYes), 5, false},
 		{"RegressesFailsWithNothingReadBack", ExpectRegresses, double, 5, false},
 		{"RegressesFailsWithoutLeaderWork", ExpectRegresses, regressed, 0, false},

@@ -157,8 +157,17 @@ func regressed(m oracle.Metrics) Verdict {
 		v.Reason = "expected a token regression, measured none: the promotion took no token back (" + order + ")"
 		return v
 	}
-	r := regressions[0]
-	v.Reason = fmt.Sprintf("regressed: %d token regressions, the first %s's token %d (%s, after %s's token %d); %d stale writes accepted; %s",
-		len(regressions), r.Grant.Replica, r.Grant.Token, r.Why, r.Earlier.Replica, r.Earlier.Token, m.StaleWrites.Accepted, order)
+	v.Reason = fmt.Sprintf("regressed: %d token regressions, the first %s; %d stale writes accepted; %s",
+		len(regressions), regressionText(regressions[0]), m.StaleWrites.Accepted, order)
 	return v
+}
+
+// regressionText says what r gave out again: "token 2 granted to r1
+// again, after r1 was granted it" or "r2 granted token 1, below token 2
+// of r1".
+func regressionText(r oracle.TokenRegression) string {
+	if r.Why == oracle.RegressionReissued {
+		return fmt.Sprintf("token %d granted to %s again, after %s was granted it", r.Grant.Token, r.Grant.Replica, r.Earlier.Replica)
+	}
+	return fmt.Sprintf("%s granted token %d, below token %d of %s", r.Grant.Replica, r.Grant.Token, r.Earlier.Token, r.Earlier.Replica)
 }
