@@ -15,6 +15,7 @@ import (
 
 	"github.com/doublerun/doublerun/lease"
 	"github.com/doublerun/doublerun/pgbouncer"
+	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/strategy"
@@ -202,8 +203,12 @@ func (r *run) checkStandby(ctx context.Context) error {
 	s := r.opts.Stack
 	// Your own cluster: the scenario's standby says what it is, and the
 	// environment must say how to fail it over and where the oracle
-	// lives. Caught by TestExternalFailoverNeedsAnOracle.
-	if r.sc.Standby != "" && s.Provider() == stack.ProviderExternal {
+	// lives. Caught by TestExternalFailoverNeedsAnOracle. The lossy
+	// failover detaches doublerun's own standby, which an external
+	// stack has none of: it gets the checks below, as on any stack
+	// without one (TestStandbyMustMatchTheStack, on make test's shared
+	// stack, which is an external one).
+	if r.sc.Standby != "" && s.Provider() == stack.ProviderExternal && r.sc.Fault != fault.PrimaryFailoverLossy.Name() {
 		return s.FailoverReady()
 	}
 	rep, ok := s.Replication()

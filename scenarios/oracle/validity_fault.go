@@ -149,9 +149,9 @@ func struck(h History, opts Options, f faultSpan) Condition {
 		}
 	case "PRIMARY_FAILOVER", "SWITCHOVER":
 		// Caught by TestValidityStruck/failover and its failures.
-		missing := failoverMissing(chaosHas)
+		missing, shown := failoverMissing(chaosHas)
 		c.Holds = missing == ""
-		c.Figure, c.Reason = failoverShown, f.name+" never logged "+missing
+		c.Figure, c.Reason = shown, f.name+" never logged "+missing
 	case "PRIMARY_FAILOVER_LOSSY":
 		stop, ok := chaos(l, "SIGSTOP")
 		switch {
@@ -159,8 +159,8 @@ func struck(h History, opts Options, f faultSpan) Condition {
 			c.Reason = "PRIMARY_FAILOVER_LOSSY never detached the standby: nothing was lost on purpose"
 		case !ok || !working(l, stop.At):
 			c.Reason = fmt.Sprintf("PRIMARY_FAILOVER_LOSSY froze no leader mid-work: no SIGSTOP of %q while it worked, so no grant was made on the primary alone", l)
-		case failoverMissing(chaosHas) != "":
-			c.Reason = "PRIMARY_FAILOVER_LOSSY never logged " + failoverMissing(chaosHas)
+		case lossyMissing(chaosHas) != "":
+			c.Reason = "PRIMARY_FAILOVER_LOSSY never logged " + lossyMissing(chaosHas)
 		default:
 			c.Holds, c.Figure = true, fmt.Sprintf("standby detached, leader %s frozen mid-work at %s, the standby promoted", l, rel(h, stop.At))
 		}

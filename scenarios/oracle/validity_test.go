@@ -221,6 +221,15 @@ func TestValidityStruck(t *testing.T) {
 		fails("failover without a promotion", struckBy(t, name, work, down, repointed, first), name+" never logged the standby promoted")
 		fails("failover without a repoint", struckBy(t, name, work, down, promoted, first), name+" never logged the address repointed")
 		fails("failover without a statement", struckBy(t, name, work, down, promoted, repointed), name+" never logged a statement on the new primary")
+
+		// The user's own command on the external provider: doublerun sees
+		// it succeed, the timeline change and a statement after it.
+		exited := ev(EventChaos, "", `failover command exited: exit 0, 548ms after its start; its last line: "ok"`, 400)
+		newTimeline := ev(EventChaos, "", "the server behind postgres promoted, timeline 2 (was 1), 604ms after the command's start", 450)
+		holds("external failover", struckBy(t, name, work, exited, newTimeline, first), "the failover command exited 0, the server promoted to a new timeline, a statement on the new primary")
+		fails("external failover that failed", struckBy(t, name, work, ev(EventChaos, "", "failover command exited: exit 3, 5ms after its start", 400), newTimeline, first), name+" never logged the failover command exiting 0")
+		fails("external failover without a new timeline", struckBy(t, name, work, exited, first), name+" never logged the server promoted to a new timeline")
+		fails("external failover without a statement", struckBy(t, name, work, exited, newTimeline), name+" never logged a statement on the new primary")
 	}
 	detached := ev(EventChaos, "", "standby pg2 detached: from here on the primary alone has the commits", 320)
 	frozen := ev(EventChaos, "r1", "SIGSTOP pid 7 in the middle of its work, for 3s, while the primary alone takes the commits", 350)
