@@ -29,12 +29,9 @@ type survivors struct {
 	Jobs   []string
 }
 
-// jobLoss puts the lost enqueues and the reruns under metrics.loss; a
-// history read back after no failover (no survivors) has neither.
+// jobLoss puts the lost enqueues and the reruns under metrics.loss, of a
+// history read back after a failover (failoverLoss).
 func jobLoss(h *history, got figures) {
-	if h.Survivors == nil {
-		return
-	}
 	there := map[string]bool{}
 	for _, k := range h.Survivors.Jobs {
 		there[k] = true

@@ -9,6 +9,8 @@ import (
 // linearizable decides, without porcupine, whether the fence's history
 // has a legal order: how many operations it has (0 when it has no fenced
 // write or no recorded token, and is not checked), and whether it does.
+// The grants are the server's record and, after a failover, the
+// acknowledged grants it lost.
 //
 // Grants must take effect in the order of their tokens, each token once
 // and above 0, so the grants cut the order into epochs: epoch 0 before the
@@ -38,12 +40,19 @@ func linearizable(h *history) (int, bool) {
 	if len(fenced) == 0 || len(h.TokenOps) == 0 {
 		return 0, false
 	}
-	count := len(fenced) + len(h.TokenOps)
+	// A grant a failover lost (lostGrants) was made somewhere between the
+	// first call of the history and its acknowledgement: a grant whose
+	// interval begins before every other operation's.
+	lost := lostGrants(h)
+	count := len(fenced) + len(h.TokenOps) + len(lost)
 	var tokens []int64
 	for _, t := range h.TokenOps {
 		if t.Kind == "grant" {
 			tokens = append(tokens, t.Token)
 		}
+	}
+	for _, g := range lost {
+		tokens = append(tokens, g.token)
 	}
 	slices.Sort(tokens)
 	if len(slices.Compact(slices.Clone(tokens))) != len(tokens) || (len(tokens) > 0 && tokens[0] <= 0) {
@@ -70,6 +79,9 @@ func linearizable(h *history) (int, bool) {
 			return count, false // renewed a token never granted
 		}
 		fixed = append(fixed, o)
+	}
+	for _, g := range lost {
+		fixed = append(fixed, op{call: time.Time{}, ret: g.at, epoch: epochOf(g.token), phase: 0, token: g.token})
 	}
 	for _, o := range fenced {
 		if !o.accepted {

@@ -219,7 +219,7 @@ func recompute(f file) figures {
 	got["metrics.max_concurrent_leaders"] = strconv.Itoa(most)
 	failover(h, pieces, got)
 	grants(h, got)
-	jobLoss(h, got)
+	failoverLoss(h, got)
 	orphanedFigures(h, msDuration(*f.OrphanTolerance), got)
 	ops, legal := linearizable(h)
 	if ops > 0 {

@@ -14,7 +14,8 @@ import (
 // connections through its proxy or a bouncer, and two pieces of work on
 // each side of the fault (of the middle of a run without one), and, for a
 // run judged by its stale writes alone under a fault held to outlast the
-// lease, a newer term granted after the fault began. The
+// lease, a newer term granted after the fault began; for a run that
+// expects a token regression, a sixth: its failover lost a grant. The
 // conditions' figures and reasons are the oracle's words, not figures;
 // only whether each holds is recomputed.
 func validity(f file, got figures) bool {
@@ -66,6 +67,9 @@ func validity(f file, got figures) bool {
 		}
 	}
 	conds := []bool{contenders >= 2, struck(f, fault, target, at), pathHolds(f, ids), workHolds(f, fault, at), newerTermHolds(f, fault, target, at)}
+	if f.Scenario.Expect == "regresses" {
+		conds = append(conds, grantLostHolds(h))
+	}
 	valid := true
 	for i, ok := range conds {
 		got["metrics.validity.conditions["+strconv.Itoa(i)+"].holds"] = strconv.FormatBool(ok)
@@ -145,6 +149,8 @@ func struck(f file, fault, target string, at time.Time) bool {
 	case "POSTGRES_RESTART":
 		_, ok := after("chaos", "", "postgres restarted")
 		return ok
+	case "PRIMARY_FAILOVER", "PRIMARY_FAILOVER_LOSSY", "SWITCHOVER":
+		return failoverStruck(f, fault, target, at)
 	case "GRACEFUL_HANDOVER":
 		t, ok := after("injected", target, "")
 		_, exited := after("replica-stopped", target, "")
@@ -195,7 +201,7 @@ func workHolds(f file, fault string, at time.Time) bool {
 
 // heldFaults are the faults the catalog holds for a TTL and a half, so
 // that a lease with that TTL has certainly expired under them.
-var heldFaults = map[string]bool{"FREEZE_LEADER": true, "PARTITION_LEADER": true, "DELAY_LEADER": true, "PGBOUNCER_PAUSE": true}
+var heldFaults = map[string]bool{"FREEZE_LEADER": true, "PARTITION_LEADER": true, "DELAY_LEADER": true, "PGBOUNCER_PAUSE": true, "PRIMARY_FAILOVER_LOSSY": true}
 
 // newerTermHolds: a fenced run under a held fault can show an accepted
 // stale write only if some replica was granted, once the fault began, a
