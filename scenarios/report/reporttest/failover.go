@@ -147,7 +147,8 @@ func lostGrants(h *history) []acked {
 // PRIMARY_FAILOVER_LOSSY) struck when every step of it shows in a chaos
 // event at or after the fault began, the primary down, the standby
 // promoted, the address repointed and a first statement on the new
-// primary; the lossy one besides detached the standby and
+// primary (for the user's own command: it exited 0, a new timeline, a
+// first statement); the lossy one besides detached the standby and
 // froze its target (a chaos event of the target's beginning "SIGSTOP",
 // the first since the fault) while the target was at work.
 func failoverStruck(f file, fault, target string, at time.Time) bool {
@@ -172,6 +173,11 @@ func failoverStruck(f file, fault, target string, at time.Time) bool {
 		return false
 	}
 	steps := shows(" down, ") && shows(" promoted, timeline ") && shows("address leads to ") && shows("first statement on the new primary")
+	if shows("failover command exited: ") {
+		// The user's own command (the external provider): doublerun sees
+		// it exit 0, the server's new timeline and a statement after.
+		steps = shows("failover command exited: exit 0") && shows(" promoted, timeline ") && shows("first statement on the new primary")
+	}
 	if fault != "PRIMARY_FAILOVER_LOSSY" {
 		return steps
 	}

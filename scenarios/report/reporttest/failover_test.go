@@ -26,6 +26,14 @@ var failoverSteps = []string{
 	"first statement on the new primary through direct, 95ms after the SIGKILL",
 }
 
+// externalFailoverSteps are the chaos events a failover made by the
+// user's own command logs (scenarios/fault/failover_external.go).
+var externalFailoverSteps = []string{
+	`failover command exited: exit 0, 540ms after its start; its last line: "ok"`,
+	"the server behind direct promoted, timeline 2 (was 1), 600ms after the command's start",
+	"first statement on the new primary through direct, 650ms after the command's start",
+}
+
 // failoverHistory is randomHistory's with its lease run across a primary
 // failover, and the failover's records: the fault begins at a random
 // instant; the pair's commits from a random instant before it until the
@@ -69,7 +77,14 @@ func failoverHistory(rng *rand.Rand, grain int) oracle.History {
 		}
 		return at(from + n(10000) - n(5000))
 	}
-	for i, step := range failoverSteps {
+	steps := failoverSteps
+	if rng.IntN(4) == 0 { // the user's own command, on the external provider
+		steps = slices.Clone(externalFailoverSteps)
+		if !clean && rng.IntN(3) == 0 {
+			steps[0] = `failover command exited: exit 3, 5ms after its start; its last line: "no leader"`
+		}
+	}
+	for i, step := range steps {
 		if shows() {
 			h.Events = append(h.Events, oracle.Event{Kind: oracle.EventChaos, Detail: step, At: when(promoted + 1000*i)})
 		}
@@ -206,10 +221,19 @@ func TestRecomputeAgreesWithTheOracleAcrossAFailover(t *testing.T) {
 		if len(m.Loss.RerunJobs) > 0 {
 			seen["rerun"]++
 		}
+		external := slices.ContainsFunc(rep.History.Events, func(e oracle.Event) bool {
+			return strings.HasPrefix(e.Detail, "failover command exited: ")
+		})
 		if c := m.Validity.Conditions[1]; c.Holds {
 			seen["failover struck"]++
+			if external {
+				seen["external failover struck"]++
+			}
 		} else {
 			seen["failover not struck "+fault]++
+			if external {
+				seen["external failover not struck"]++
+			}
 		}
 		if expect == scenarios.ExpectRegresses {
 			c := m.Validity.Conditions[5]
@@ -236,7 +260,7 @@ func TestRecomputeAgreesWithTheOracleAcrossAFailover(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"token regression reissued", "token regression below", "lost write", "lost enqueue", "rerun",
-		"failover struck", "grant lost", "fence with a lost grant yes", "fence with a lost grant no"} {
+		"failover struck", "grant lost", "fence with a lost grant yes", "fence with a lost grant no", "external failover struck", "external failover not struck"} {
 		require.Greater(t, seen[k], 20, "%s in %v", k, seen)
 	}
 	for _, k := range []string{"failover not struck PRIMARY_FAILOVER", "failover not struck PRIMARY_FAILOVER_LOSSY", "failover not struck SWITCHOVER",
