@@ -16,6 +16,7 @@ import (
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/fault"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 	"github.com/doublerun/doublerun/scenarios/strategy"
@@ -90,6 +91,7 @@ func TestExternalFailover(t *testing.T) {
 			require.Contains(t, steps, want)
 		}
 		require.True(t, rep.Verdict.Pass, rep.Verdict.Reason)
+		reporttest.Save(t, rep)
 	})
 	// Caught by the check in externalFailOver (package fault).
 	t.Run("ACommandThatFailsFailsTheRun", func(t *testing.T) {

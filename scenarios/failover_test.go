@@ -12,6 +12,7 @@ import (
 	. "github.com/doublerun/doublerun/scenarios"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/report"
+	"github.com/doublerun/doublerun/scenarios/report/reporttest"
 	"github.com/doublerun/doublerun/scenarios/stack"
 	"github.com/doublerun/doublerun/scenarios/stack/stacktest"
 )
@@ -21,11 +22,9 @@ import (
 // goes back, and the epoch fence holds; both runs' reports recompute from
 // their histories as doublerun check does (oracle.LoadFailover read them
 // from the oracle's server and the promoted standby), and the second run
-// rebuilt the standby the first run's failover took.
-//
-// Not through reporttest: its code of its own does not know a failover's
-// records yet (the lost grants, oracle.Loss, the failover faults'
-// evidence), so these reports stay out of the ones make test checks.
+// rebuilt the standby the first run's failover took. reporttest's code of
+// its own recomputes them too, and keeps them for make test's doublerun
+// check.
 func TestReproFailover(t *testing.T) {
 	t.Parallel()
 	s := stacktest.OwnHA(t, stack.ReplicationAsync)
@@ -44,6 +43,7 @@ func TestReproFailover(t *testing.T) {
 		r, err := report.Recompute(data)
 		require.NoError(t, err)
 		require.Empty(t, r.Diffs, "%s: figures that do not recompute from the history", rep.Scenario.Name)
+		reporttest.Save(t, rep)
 		return nil
 	})
 	require.NoError(t, err)
