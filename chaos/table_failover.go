@@ -29,7 +29,7 @@ var failoverTopologies = []scenarios.TopologyKind{scenarios.Direct, scenarios.Tr
 var (
 	primaryFailoverBlock = Block{
 		Standby: stack.ReplicationSync, Topologies: failoverTopologies,
-		Why: "a synchronous standby has every acknowledged commit, so nothing is lost (finding 14; the asynchronous runs lost nothing either): the fenced leases keep their term across the promotion; the advisory locks vanish with the primary, so a follower can lead on the new one while the old leader's piece in flight runs on",
+		Why: "a synchronous standby has every acknowledged commit, so nothing is lost (finding 14; the asynchronous runs lost nothing either): the fenced leases keep their term across the promotion on the direct endpoint and take a new one through the pool, locked out past their TTL (finding 15); the advisory locks vanish with the primary, so a follower can lead on the new one while the old leader's piece in flight runs on",
 		Rows: map[string]Row{
 			strategy.Advisory:          {direct: fenc, tx: repr, tx2: orph, tx4: orph},
 			strategy.AdvisoryUnguarded: {direct: fenc, tx: repr, tx2: orph, tx4: orph},
@@ -49,7 +49,7 @@ var (
 		}}
 	switchoverBlock = Block{
 		Standby: stack.ReplicationSync, Topologies: failoverTopologies,
-		Why: "a fast shutdown hands the standby every WAL record before the promotion, so nothing is lost and the fenced leases keep their term (finding 14); the advisory locks vanish with the primary, and one run of 20 overlapped two leaders for the old leader's piece in flight (36 ms)",
+		Why: "a fast shutdown hands the standby every WAL record before the promotion, so nothing is lost and the fenced leases keep their term on the direct endpoint (finding 14; a new one through the pool, finding 15); the advisory locks vanish with the primary, and one run of 20 overlapped two leaders for the old leader's piece in flight (36 ms)",
 		Rows: map[string]Row{
 			strategy.Advisory:          {direct: fenc, tx: repr, tx2: orph, tx4: orph},
 			strategy.AdvisoryUnguarded: {direct: fenc, tx: repr, tx2: orph, tx4: orph},
