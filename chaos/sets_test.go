@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -85,4 +86,41 @@ func TestRunSetsRefusesABadCellBeforeAnyStack(t *testing.T) {
 		_, err := chaos.RunSets(context.Background(), []chaos.Cell{tc.cell}, chaos.RunConfig{Replicas: tc.replicas, Start: start})
 		require.ErrorContains(t, err, tc.want)
 	}
+}
+
+// A failover cell runs after the others, on a stack of its own standby
+// mode that Start is asked for, and the summary gives its failover
+// figures: the plumbing of --standby, on real servers.
+func TestRunSetsRunsAFailoverCellOnAStackOfItsMode(t *testing.T) {
+	t.Parallel()
+	shared := stacktest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// The cell as --standby gives it.
+	i := slices.IndexFunc(chaos.StandbyMatrix(), func(c chaos.Cell) bool { return c.Name() == "fenced-epoch/direct/SWITCHOVER" })
+	require.GreaterOrEqual(t, i, 0)
+	var modes []stack.ReplicationMode
+	res, err := chaos.RunSets(ctx, []chaos.Cell{
+		chaos.StandbyMatrix()[i],
+		{Strategy: strategy.Fenced, Topology: scenarios.Direct, Fault: fault.None},
+	}, chaos.RunConfig{
+		Start: func(_ context.Context, _ string, standby stack.ReplicationMode) (*stack.Stack, func(), error) {
+			modes = append(modes, standby)
+			if standby == "" {
+				return shared, func() {}, nil
+			}
+			return stacktest.OwnHA(t, standby), func() {}, nil
+		},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []stack.ReplicationMode{"", stack.ReplicationSync}, modes, "the plain cell on a stack without a standby, then SWITCHOVER's on a sync one")
+	require.Len(t, res.Results, 2)
+	fo := res.Results[1]
+	require.NoError(t, fo.Err)
+	require.Equal(t, "fenced-epoch/direct/SWITCHOVER", fo.Scenario.Name)
+	require.Equal(t, stack.ReplicationSync, fo.Report.Scenario.Standby)
+	require.True(t, fo.Report.Metrics.Validity.Valid, fo.Report.Verdict.Reason)
+	require.True(t, res.Verdict().Pass, "%s: %s", res.Verdict().Reason, fo.Report.Verdict.Reason)
+	require.Contains(t, res.Summary(), "## Failover cells")
+	require.Contains(t, res.Summary(), "| fenced-epoch | SWITCHOVER (sync standby) | direct |")
 }
