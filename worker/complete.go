@@ -255,7 +255,8 @@ func (w *Worker) complete(ctx context.Context, term lease.Term, jobs []*Job, err
 		return fmt.Errorf("record outcomes of %d jobs: commit: %w", n, err)
 	}
 	// Only after the commit returned: a completion told of before it
-	// could still roll back. Caught by TestCompleted/NamesTheJobsWhoseCompletionLanded.
+	// could still roll back, and only when some job completed. Caught by
+	// TestCompleted/NamesTheJobsWhoseCompletionLanded.
 	if w.config.Completed != nil && len(completed) > 0 {
 		w.config.Completed(ctx, completed)
 	}

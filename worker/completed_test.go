@@ -54,6 +54,11 @@ func TestCompleted(t *testing.T) {
 			require.Len(t, again, 1)
 			require.NoError(t, b.worker.complete(ctx, newer, jobs, []error{nil, nil, errors.New("failed")}))
 			require.Equal(t, [][]int64{{ids[1]}}, heard(), "only the job whose completion landed: not the reclaimed one, not the failed one")
+
+			// A batch in which nothing completed tells nothing, not an
+			// empty list.
+			require.NoError(t, b.worker.complete(ctx, newer, again, []error{errors.New("failed again")}))
+			require.Equal(t, [][]int64{{ids[1]}}, heard(), "a batch with no completion is not told")
 		})
 	})
 }
