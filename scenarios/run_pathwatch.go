@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,9 +37,13 @@ const pathSettle = 5
 // application_name, pg_stat_activity) by the path it arrived by, the
 // traffic-path condition's evidence (oracle.Validity).
 type pathWatch struct {
-	conn     *pgxpool.Pool
-	apps     map[string]string // application_name -> replica
-	bouncers []string          // the admin DSNs of the run's bouncers
+	conn *pgxpool.Pool
+	apps map[string]string // application_name -> replica
+	// dbs are the databases the run's replicas ask the bouncers for: a
+	// bouncer shared by several runs (make test's stack) lists their
+	// clients too, under the same application_names.
+	dbs      map[string]bool
+	bouncers []string // the admin DSNs of the run's bouncers
 	// direct says the lease or the work endpoint is Postgres itself, so
 	// that a replica's own backends arrive from the runner's proxies
 	// rather than from a bouncer.
@@ -60,8 +65,13 @@ func pathKey(b oracle.Backend) string {
 }
 
 func newPathWatch(r *run) *pathWatch {
-	p := &pathWatch{conn: r.pair, apps: map[string]string{}, admins: map[string]*pgbouncer.Admin{},
+	p := &pathWatch{conn: r.pair, apps: map[string]string{}, dbs: map[string]bool{}, admins: map[string]*pgbouncer.Admin{},
 		settled: map[string]bool{}, tries: map[string]int{}, pending: map[string]oracle.Backend{}}
+	for _, dsn := range []string{r.leaseEP.DSN, r.workEP.DSN} {
+		if u, err := url.Parse(dsn); err == nil {
+			p.dbs[strings.TrimPrefix(u.Path, "/")] = true
+		}
+	}
 	for i := range r.sc.Replicas {
 		id := fmt.Sprintf("r%d", i+1)
 		p.apps[fault.AppName(id)] = id
@@ -229,7 +239,7 @@ func (p *pathWatch) bouncer(ctx context.Context, at time.Time) (map[int32]bool, 
 			continue
 		}
 		for _, c := range cs {
-			if id, ok := p.apps[c.ApplicationName]; ok {
+			if id, ok := p.ours(c); ok {
 				if at.IsZero() {
 					_ = p.conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at)
 				}
@@ -238,6 +248,15 @@ func (p *pathWatch) bouncer(ctx context.Context, at time.Time) (map[int32]bool, 
 		}
 	}
 	return out, clients
+}
+
+// ours says which replica of the run bouncer client c is, by its
+// application_name, if it is one: of the run's databases only, since
+// another run on the same bouncer names its replicas alike. Caught by
+// TestPathWatchOurs.
+func (p *pathWatch) ours(c pgbouncer.Client) (string, bool) {
+	id, ok := p.apps[c.ApplicationName]
+	return id, ok && p.dbs[c.Database]
 }
 
 func (p *pathWatch) close() {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/doublerun/doublerun/pgbouncer"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 )
 
@@ -31,4 +32,19 @@ func TestClassify(t *testing.T) {
 			require.Equal(t, tc.want, classify(tc.b, served, own, tc.direct))
 		})
 	}
+}
+
+// A bouncer's client is one of the run's replicas by its
+// application_name, and only on the run's own databases: another run on
+// a shared bouncer (make test's) names its replicas alike.
+func TestPathWatchOurs(t *testing.T) {
+	t.Parallel()
+	p := &pathWatch{apps: map[string]string{"doublerun-r1": "r1"}, dbs: map[string]bool{"run_a": true}}
+	id, ok := p.ours(pgbouncer.Client{Database: "run_a", ApplicationName: "doublerun-r1"})
+	require.True(t, ok)
+	require.Equal(t, "r1", id)
+	_, ok = p.ours(pgbouncer.Client{Database: "run_b", ApplicationName: "doublerun-r1"})
+	require.False(t, ok, "another run's r1")
+	_, ok = p.ours(pgbouncer.Client{Database: "run_a", ApplicationName: "psql"})
+	require.False(t, ok, "not a replica")
 }
