@@ -56,18 +56,13 @@ func (primaryFailoverLossy) Inject(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
-	conn, err := oracleConn(ctx, t)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	// SIGCONT however the injection ends: see FREEZE_LEADER.
 	defer func() { _ = signalGroup(l.PID, syscall.SIGCONT) }()
 	if err := s.DetachStandby(ctx); err != nil {
 		return err
 	}
 	event(ctx, t, "", "standby %s detached: from here on the primary alone has the commits", standby)
-	if err := freezeMidWork(ctx, t, conn, l); err != nil {
+	if err := freezeMidWork(ctx, t, l); err != nil {
 		return err
 	}
 	d := Hold(t.Setting())

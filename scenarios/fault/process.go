@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/doublerun/doublerun/scenarios/internal/wait"
 	"github.com/doublerun/doublerun/scenarios/oracle"
 )
@@ -31,17 +29,18 @@ func (killLeader) Name() string           { return "KILL_LEADER" }
 func (killLeader) Available(Setting) bool { return true }
 
 func (killLeader) Inject(ctx context.Context, t Target) error {
-	l, err := strikeProcess(ctx, t)
+	l, err := processLeader(ctx, t)
 	if err != nil {
 		return err
 	}
-	// Stop it first, so it cannot begin a piece of work after the killed
-	// event, which would then count as running until the end of the run;
-	// log the event; then kill. Its open work ends at the event, and the
-	// failover is measured from it (oracle.FailoverFromInjection): the
-	// stopped leader still holds its lease until the kill.
-	if err := signalGroup(l.PID, syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("SIGSTOP %s (pid %d): %w", l.ID, l.PID, err)
+	// Stop it first, mid-work, so it cannot end that piece or begin
+	// another after the killed event, which would then count as running
+	// until the end of the run; log the event; then kill. Its open work
+	// ends at the event, and the failover is measured from it
+	// (oracle.FailoverFromInjection): the stopped leader still holds its
+	// lease until the kill.
+	if err := stopMidWork(ctx, t, l, strikeFresh(t), anyAge); err != nil {
+		return err
 	}
 	kerr := t.Killed(ctx, l.ID)
 	if err := signalGroup(l.PID, syscall.SIGKILL); err != nil {
@@ -68,22 +67,14 @@ func (freezeLeader) Name() string           { return "FREEZE_LEADER" }
 func (freezeLeader) Available(Setting) bool { return true }
 
 func (freezeLeader) Inject(ctx context.Context, t Target) error {
-	l, err := leader(ctx, t)
-	if err == nil && l.PID <= 0 {
-		err = fmt.Errorf("leader %s has no process", l.ID)
-	}
+	l, err := processLeader(ctx, t)
 	if err != nil {
 		return err
 	}
-	conn, err := oracleConn(ctx, t)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	// SIGCONT however the injection ends. A frozen replica is the one
 	// fault that must never outlive Inject.
 	defer func() { _ = signalGroup(l.PID, syscall.SIGCONT) }()
-	if err := freezeMidWork(ctx, t, conn, l); err != nil {
+	if err := freezeMidWork(ctx, t, l); err != nil {
 		return err
 	}
 	d := Hold(t.Setting())
@@ -101,45 +92,75 @@ func (freezeLeader) Inject(ctx context.Context, t Target) error {
 	return herr
 }
 
-// freezeMidWork stops the leader while the oracle shows it in the first
-// half of a piece of work, before the piece's write, so that it resumes
-// with the write still to make: the case fencing is for. A leader frozen
-// between pieces would only find, on waking, that it lost the lease, and
-// one frozen after its write would have nothing late to write. It waits
-// for such a piece (as strike does), stops the leader, and checks again
-// while it is stopped; after strikeWait it freezes the leader wherever it
-// is, and the event says so.
-func freezeMidWork(ctx context.Context, t Target, conn *pgx.Conn, l Replica) error {
+// freezeMidWork stops the leader in the first half of a piece of work,
+// before the piece's write, so that it resumes with the write still to
+// make: the case fencing is for. A leader frozen between pieces would only
+// find, on waking, that it lost the lease, and one frozen after its write
+// would have nothing late to write.
+func freezeMidWork(ctx context.Context, t Target, l Replica) error {
 	half := max(t.Setting().Work/2, 10*time.Millisecond)
-	begun := func() (bool, error) { return oracle.WorkBegun(ctx, conn, l.ID, half) }
+	return stopMidWork(ctx, t, l, half, half)
+}
+
+// stopMidWork stops the leader's process group while the oracle shows it
+// in a piece of work: it waits for a piece begun within fresh, stops the
+// leader, and checks while it is stopped that a piece begun within still
+// is open. A stopped leader cannot end its piece, so what the fault does
+// next lands mid-work however long the way from the first check to the
+// stop took; on a loaded machine that way outlasted the piece, and the
+// fault struck a leader between pieces (INCONCLUSIVE "it was not
+// leading"). When the piece ended before the stop, the leader runs on and
+// the wait starts again. After strikeWait the leader is stopped wherever
+// it is, and the event says so. Caught by TestStopMidWork.
+func stopMidWork(ctx context.Context, t Target, l Replica, fresh, still time.Duration) error {
+	conn, err := oracleConn(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	late, err := waitMidWork(ctx, l, fresh, still, func(within time.Duration) (bool, error) {
+		return oracle.WorkBegun(ctx, conn, l.ID, within)
+	})
+	if err == nil && late {
+		event(ctx, t, l.ID, "stopped %s without waiting: it began no piece of work within %s", l.ID, strikeWait)
+	}
+	return err
+}
+
+// anyAge is the age of a piece of work that any open piece is younger
+// than.
+const anyAge = 24 * time.Hour
+
+// waitMidWork is stopMidWork's loop, with the oracle's answer to "a piece
+// begun within d and still open?" as begun. It reports whether it stopped
+// the leader without a piece in flight, after strikeWait.
+func waitMidWork(ctx context.Context, l Replica, fresh, still time.Duration, begun func(time.Duration) (bool, error)) (late bool, err error) {
 	deadline := time.Now().Add(strikeWait)
 	for {
 		late := time.Now().After(deadline)
-		if ok, err := begun(); err != nil {
-			return err
+		if ok, err := begun(fresh); err != nil {
+			return false, err
 		} else if !ok && !late {
 			if err := wait.Sleep(ctx, 2*time.Millisecond); err != nil {
-				return err
+				return false, err
 			}
 			continue
 		}
 		if err := signalGroup(l.PID, syscall.SIGSTOP); err != nil {
-			return fmt.Errorf("SIGSTOP %s (pid %d): %w", l.ID, l.PID, err)
+			return false, fmt.Errorf("SIGSTOP %s (pid %d): %w", l.ID, l.PID, err)
 		}
 		if err := waitState(ctx, l.PID, func(s byte) bool { return s == 'T' || s == 't' }); err != nil {
-			return fmt.Errorf("freeze %s: %w", l.ID, err)
+			return false, fmt.Errorf("stop %s: %w", l.ID, err)
 		}
 		if late {
-			event(ctx, t, l.ID, "froze %s without waiting: it began no piece of work within %s", l.ID, strikeWait)
-			return nil
+			return true, nil
 		}
-		// Stopped now: if the piece is still in its first half, the write
-		// is still to come.
-		if ok, err := begun(); err != nil || ok {
-			return err
+		// Stopped now: a piece still open stays open.
+		if ok, err := begun(still); err != nil || ok {
+			return false, err
 		}
 		if err := signalGroup(l.PID, syscall.SIGCONT); err != nil {
-			return err
+			return false, fmt.Errorf("SIGCONT %s (pid %d): %w", l.ID, l.PID, err)
 		}
 	}
 }
@@ -157,14 +178,23 @@ func (gracefulHandover) Name() string           { return "GRACEFUL_HANDOVER" }
 func (gracefulHandover) Available(Setting) bool { return true }
 
 func (gracefulHandover) Inject(ctx context.Context, t Target) error {
-	l, err := strikeProcess(ctx, t)
+	l, err := processLeader(ctx, t)
 	if err != nil {
+		return err
+	}
+	// The SIGTERM is sent to the leader stopped mid-work and acts when it
+	// runs again, so the injected event lies inside a piece of work.
+	defer func() { _ = signalGroup(l.PID, syscall.SIGCONT) }()
+	if err := stopMidWork(ctx, t, l, strikeFresh(t), anyAge); err != nil {
 		return err
 	}
 	// Caught by TestGracefulHandover.
 	injected(ctx, t, l.ID, "SIGTERM pid %d", l.PID)
 	if err := signalGroup(l.PID, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("SIGTERM %s (pid %d): %w", l.ID, l.PID, err)
+	}
+	if err := signalGroup(l.PID, syscall.SIGCONT); err != nil {
+		return fmt.Errorf("SIGCONT %s (pid %d): %w", l.ID, l.PID, err)
 	}
 	// The replica finishes its piece of work, closes its lease and exits.
 	if err := waitGone(ctx, l.PID); err != nil {

@@ -65,6 +65,9 @@ func leader(ctx context.Context, t Target) (Replica, error) {
 	return l, nil
 }
 
+// strikeFresh is how recently a piece of work began at strike's moment.
+func strikeFresh(t Target) time.Duration { return max(t.Setting().Work/4, 10*time.Millisecond) }
+
 // strikeWait bounds how long a fault waits for its moment.
 const strikeWait = 5 * time.Second
 
@@ -86,7 +89,7 @@ func strike(ctx context.Context, t Target) (Replica, error) {
 		return l, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	fresh := max(t.Setting().Work/4, 10*time.Millisecond)
+	fresh := strikeFresh(t)
 	deadline := time.Now().Add(strikeWait)
 	for {
 		begun, err := oracle.WorkBegun(ctx, conn, l.ID, fresh)
@@ -112,9 +115,9 @@ func strike(ctx context.Context, t Target) (Replica, error) {
 	return l, nil
 }
 
-// strikeProcess is strike for faults that signal the leader's process.
-func strikeProcess(ctx context.Context, t Target) (Replica, error) {
-	l, err := strike(ctx, t)
+// processLeader is the leader, for faults that signal its process.
+func processLeader(ctx context.Context, t Target) (Replica, error) {
+	l, err := leader(ctx, t)
 	if err == nil && l.PID <= 0 {
 		err = fmt.Errorf("leader %s has no process", l.ID)
 	}
