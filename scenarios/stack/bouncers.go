@@ -53,13 +53,14 @@ func (s *Stack) AddPgBouncer(ctx context.Context, name string, cfg pgbouncer.Con
 		PoolSize:              cmp.Or(cfg.DefaultPoolSize, 20),
 		MaxPreparedStatements: cfg.MaxPreparedStatements,
 	}
-	if err := waitReady(ctx, ep.DSN, n); err != nil {
+	postgresVersion, err := waitReady(ctx, ep.DSN, n)
+	if err != nil {
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
 	}
 	// Version and max_prepared_statements are read back rather than
 	// assumed: an image's PgBouncer may differ from what was asked for,
 	// and the defaults change between releases.
-	seen, err := describeBouncer(ctx, name, ep.DSN, ep.AdminDSN)
+	seen, err := describeBouncer(ctx, name, ep.DSN, ep.AdminDSN, postgresVersion)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("pgbouncer %s: %w", name, err)
 	}
@@ -130,7 +131,8 @@ func (s *Stack) StartPgBouncer(ctx context.Context, name string) error {
 	if err := b.node.start(ctx); err != nil {
 		return err
 	}
-	return waitReady(ctx, b.ep.DSN, b.node)
+	_, err = waitReady(ctx, b.ep.DSN, b.node)
+	return err
 }
 
 // RestartPgBouncer stops and starts the bouncer called name.

@@ -67,7 +67,7 @@ func startExternal(ctx context.Context, opts Options) (*Stack, error) {
 		{SessionName, vars[1].value, vars[2].value, EnvSessionDSN, EnvSessionAdminDSN},
 		{TransactionName, vars[3].value, vars[4].value, EnvTransactionDSN, EnvTransactionAdminDSN},
 	} {
-		ep, err := describeBouncer(ctx, b.name, b.dsn, b.admin)
+		ep, err := describeBouncer(ctx, b.name, b.dsn, b.admin, "")
 		var be *bouncerError
 		if errors.As(err, &be) {
 			return nil, be.external(b.name, b.dsn, b.dsnVar, b.adminVar)
@@ -118,10 +118,16 @@ func (e *bouncerError) external(name, clientDSN, dsnVar, adminVar string) error 
 	return fmt.Errorf("external provider: %s (%s) does not answer: %s; %s", dsnVar, hostPort(e.dsn), e.cause, externalFix)
 }
 
-func describeBouncer(ctx context.Context, name, dsn, adminDSN string) (Endpoint, error) {
-	postgresVersion, err := probe(ctx, dsn)
-	if err != nil {
-		return Endpoint{}, &bouncerError{dsn: dsn, cause: connectCause(err)}
+// describeBouncer reads a bouncer's version and settings through its
+// admin console, and the version of the Postgres behind it through dsn
+// unless postgresVersion already gives it.
+func describeBouncer(ctx context.Context, name, dsn, adminDSN, postgresVersion string) (Endpoint, error) {
+	if postgresVersion == "" {
+		v, err := probe(ctx, dsn)
+		if err != nil {
+			return Endpoint{}, &bouncerError{dsn: dsn, cause: connectCause(err)}
+		}
+		postgresVersion = v
 	}
 	a, err := pgbouncer.ConnectAdmin(ctx, adminDSN)
 	if err != nil {

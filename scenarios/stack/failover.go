@@ -223,10 +223,7 @@ func (s *Stack) RebuildStandby(ctx context.Context) error {
 		return fmt.Errorf("rebuild standby %s: %w", down.name, err)
 	}
 	ep := Endpoint{Name: down.name, DSN: dsn(s.user, s.password, host, port, s.database)}
-	if err := waitReady(ctx, ep.DSN, n); err != nil {
-		return fmt.Errorf("rebuild standby %s: %w", down.name, err)
-	}
-	if ep.PostgresVersion, err = probe(ctx, ep.DSN); err != nil {
+	if ep.PostgresVersion, err = waitReady(ctx, ep.DSN, n); err != nil {
 		return fmt.Errorf("rebuild standby %s: %w", down.name, err)
 	}
 	s.mu.Lock()

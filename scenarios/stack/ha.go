@@ -174,10 +174,7 @@ func (s *Stack) startReplication(ctx context.Context, mode ReplicationMode) erro
 	hb.forwardBouncers(rhost, rport)
 	s.pgNode = primary.node
 	s.postgres = Endpoint{Name: PostgresName, DSN: dsn(s.user, s.password, rhost, rport, s.database)}
-	if err := waitReady(ctx, s.postgres.DSN, primary.node); err != nil {
-		return fmt.Errorf("replication: through the router: %w", err)
-	}
-	if s.postgres.PostgresVersion, err = probe(ctx, s.postgres.DSN); err != nil {
+	if s.postgres.PostgresVersion, err = waitReady(ctx, s.postgres.DSN, primary.node); err != nil {
 		return fmt.Errorf("replication: through the router: %w", err)
 	}
 	s.log.Info("replication ready", "mode", mode, "primary", primary.ep.PostgresVersion, "standby", standby.ep.PostgresVersion, "router", net.JoinHostPort(rhost, strconv.Itoa(rport)))
@@ -198,10 +195,7 @@ func (s *Stack) startHANode(ctx context.Context, spec nodeSpec, role Role) (*haN
 	}
 	hn := s.ha.nodes[len(s.ha.nodes)-1]
 	hn.ep = Endpoint{Name: spec.name, DSN: dsn(s.user, s.password, host, port, s.database)}
-	if err := waitReady(ctx, hn.ep.DSN, n); err != nil {
-		return nil, fmt.Errorf("replication: %s: %w", spec.name, err)
-	}
-	if hn.ep.PostgresVersion, err = probe(ctx, hn.ep.DSN); err != nil {
+	if hn.ep.PostgresVersion, err = waitReady(ctx, hn.ep.DSN, n); err != nil {
 		return nil, fmt.Errorf("replication: %s: %w", spec.name, err)
 	}
 	return hn, nil

@@ -139,10 +139,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	s.postgres = Endpoint{Name: PostgresName, DSN: dsn(User, s.password, host, port, Database)}
-	if err := waitReady(ctx, s.postgres.DSN, s.pgNode); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	if s.postgres.PostgresVersion, err = probe(ctx, s.postgres.DSN); err != nil {
+	if s.postgres.PostgresVersion, err = waitReady(ctx, s.postgres.DSN, s.pgNode); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	if opts.Replication != "" {
@@ -236,7 +233,8 @@ func (s *Stack) StartPostgres(ctx context.Context) error {
 	if err := n.start(ctx); err != nil {
 		return err
 	}
-	return waitReady(ctx, s.postgres.DSN, n)
+	_, err := waitReady(ctx, s.postgres.DSN, n)
+	return err
 }
 
 // RestartPostgres stops and starts Postgres.
@@ -296,29 +294,33 @@ func (s *Stack) nodes() []node {
 	return append(nodes, s.haNodes()...)
 }
 
-// waitReady polls dsn until a query succeeds. It gives up early when n
-// reports that its server has exited, and then includes the server's log.
-func waitReady(ctx context.Context, dsn string, n node) error {
+// waitReady polls dsn until a query succeeds and returns the server's
+// version, which that query read: a second connection just for it once
+// timed out on a loaded machine, a moment after the server was ready. It
+// gives up early when n reports that its server has exited, and then
+// includes the server's log.
+func waitReady(ctx context.Context, dsn string, n node) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	var last error
 	for {
 		if e, ok := n.(interface{ exited() error }); ok && n != nil {
 			if err := e.exited(); err != nil {
-				return fmt.Errorf("server exited during start: %w\n%s", err, n.logs(context.WithoutCancel(ctx)))
+				return "", fmt.Errorf("server exited during start: %w\n%s", err, n.logs(context.WithoutCancel(ctx)))
 			}
 		}
-		last = ping(ctx, dsn)
-		if last == nil {
-			return nil
+		version, err := probe(ctx, dsn)
+		if err == nil {
+			return version, nil
 		}
+		last = err
 		select {
 		case <-ctx.Done():
 			var logs string
 			if n != nil {
 				logs = "\n" + n.logs(context.WithoutCancel(ctx))
 			}
-			return fmt.Errorf("not ready: %w (last error: %v)%s", ctx.Err(), last, logs)
+			return "", fmt.Errorf("not ready: %w (last error: %v)%s", ctx.Err(), last, logs)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
