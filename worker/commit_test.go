@@ -117,18 +117,18 @@ func TestComplete(t *testing.T) {
 	t.Run("StalledWorkerDoesNotHoldOffTheNextLeader", func(t *testing.T) {
 		t.Parallel()
 		db := newSchema(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		conn := stacktest.Connect(t, db.Postgres)
 		require.NoError(t, lease.MigrateFenced(ctx, conn, ""))
 		newLease := func(holder string) *lease.Fenced {
-			l, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: db.Postgres.DSN, Name: "stall", Holder: holder, TTL: 300 * time.Millisecond})
+			l, err := lease.NewFenced(ctx, lease.FencedConfig{DSN: db.Postgres.DSN, Name: "stall", Holder: holder, TTL: time.Second})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			return l
 		}
 		first := newLease("first")
-		// Its first answer may come after the 240 ms it may take (a loaded
+		// Its first answer may come after the 800 ms it may take (a loaded
 		// machine): Faulted, or Follower when the grant committed but its
 		// answer came after the trust deadline (make test, quiet machine,
 		// once). It asks until it leads; a Follower must be its own
@@ -149,23 +149,27 @@ func TestComplete(t *testing.T) {
 		jobs, err := b.worker.claim(ctx, res.Term, 1)
 		require.NoError(t, err)
 
-		// The worker stays paused for pause, or until the next replica has
-		// taken over, which must come sooner: by then the server has ended
-		// the transaction, and waiting out the rest of the pause would
-		// show nothing more. The takeover takes completeStall plus the TTL
-		// (1.3 s at most) on a quiet machine, and 0.7 to 1.1 s beside
-		// another package's tests; without the server's stall bound it
-		// waits out all of the pause. (It once took 3 to 9 s under load:
-		// each poll that timed out behind the fence dropped its connection,
-		// and reconnecting counted against the lease's 240 ms answer
-		// budget, which a loaded host could not meet. Fenced now connects
-		// outside it: TestFencedConnect/SlowConnectStillLeads.)
-		const pause = 10 * time.Second
+		// The worker stays paused until the next replica has taken over:
+		// by then the server has ended the transaction, which the error
+		// below shows. Without the server's stall bound the fence's row
+		// lock is held for as long as the pause, and the next replica never
+		// leads: the wait then gives up after heldOff, which is far above
+		// the takeover's completeStall plus the TTL (2 s) on any machine.
+		// A fixed pause and a bound below it once failed beside two CPU
+		// hogs: the takeover took 10.3 s against a 9 s bound with a 300 ms
+		// TTL, whose 240 ms answer budget a loaded machine missed on poll
+		// after poll. (Before that it took 3 to 9 s under load: each poll
+		// that timed out behind the fence dropped its connection, and
+		// reconnecting counted against the answer budget. Fenced now
+		// connects outside it: TestFencedConnect/SlowConnectStillLeads.)
+		const heldOff = 30 * time.Second
 		tookOver := make(chan struct{})
 		b.worker.db = commitHookPool{Pool: b.worker.ownPool, hook: func(context.Context, pgx.Tx) error {
-			select { // the fence has run; its lock is held
-			case <-time.After(pause):
+			// The fence has run; its lock is held. A paused worker keeps
+			// no timeout of its own, so this waits on the test's context.
+			select {
 			case <-tookOver:
+			case <-ctx.Done():
 			}
 			return nil
 		}}
@@ -180,7 +184,7 @@ func TestComplete(t *testing.T) {
 			if res.Status == lease.Leader {
 				break
 			}
-			require.Less(t, time.Since(begin), pause-time.Second, "the next replica was held off for as long as the worker was paused")
+			require.Less(t, time.Since(begin), heldOff, "the next replica was held off for as long as the worker was paused")
 			time.Sleep(20 * time.Millisecond)
 		}
 		took := time.Since(begin)

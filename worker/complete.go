@@ -171,7 +171,17 @@ func (o outcomes) failed() string {
 // fence's row lock, which holds off the lease's next grant, does not hold
 // it off for as long as the pause lasts. The outcomes are then lost and
 // their jobs run again after their visibility timeout.
-const completeStall = time.Second
+//
+// It must sit above what a loaded host leaves between two statements, or
+// the server ends healthy completions. It was a second: beside two CPU
+// hogs, make test lost completions to it (SQLSTATE 25P03) in four tests
+// of one run. With the worker's tests run twice at once beside make test
+// and two hogs (load average 33), the starts of a completion's
+// consecutive statements were p50 5 ms, p90 188 ms, p99 921 ms and at
+// most 9.3 s apart (1,065 spans, server time included), and 25P03 struck
+// again. Five seconds is a third of the fenced lease's default TTL: a
+// paused worker adds at most that to the leaderless time.
+const completeStall = 5 * time.Second
 
 // completeBeginSQL starts that transaction. SET LOCAL lasts for the
 // transaction only, so it is correct through transaction pooling, and pgx

@@ -238,9 +238,9 @@
 // grant until the transaction ends, so that a write that passed the fence
 // lands before any newer leader exists. The worker fences last, just
 // before COMMIT, and its transaction asks the server to end it if the
-// worker sits idle in it for a second (idle_in_transaction_session_timeout,
+// worker sits idle in it for five seconds (idle_in_transaction_session_timeout,
 // SET LOCAL): a worker paused inside it, by SIGSTOP or a stalled VM, holds
-// off the next leader for a second, not for as long as the pause. Its
+// off the next leader for five seconds, not for as long as the pause. Its
 // outcomes are then lost, and its jobs run again after their visibility
 // timeout.
 //
