@@ -8,14 +8,22 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// connectTimeout bounds one connection's login to the stack's servers. A
+// server that is down refuses at once; the timeout is for one that is up
+// and slow. It was 2 s, and beside two CPU hogs and two more test
+// binaries (load average 33) logins took longer: the lease package's
+// attach to make test's shared stack and a stack's version read failed
+// on it, with the servers up.
+const connectTimeout = 10 * time.Second
+
 // connectOnce opens one connection to dsn in the simple protocol, which
-// any server answers, bounded by a connect timeout.
+// any server answers, bounded by connectTimeout.
 func connectOnce(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
-	cfg.ConnectTimeout = 2 * time.Second
+	cfg.ConnectTimeout = connectTimeout
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	return pgx.ConnectConfig(ctx, cfg)
 }

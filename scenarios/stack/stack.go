@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/doublerun/doublerun/pgbouncer"
 )
 
@@ -334,13 +332,7 @@ func ping(ctx context.Context, dsn string) error {
 // probe runs a query through dsn and returns the server_version the
 // connection reports (through PgBouncer: the Postgres behind it).
 func probe(ctx context.Context, dsn string) (string, error) {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return "", err
-	}
-	cfg.ConnectTimeout = 2 * time.Second
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := connectOnce(ctx, dsn)
 	if err != nil {
 		return "", err
 	}
