@@ -90,19 +90,30 @@ func TestRunSetsRefusesABadCellBeforeAnyStack(t *testing.T) {
 
 // A failover cell runs after the others, on a stack of its own standby
 // mode that Start is asked for, and the summary gives its failover
-// figures: the plumbing of --standby, on real servers.
+// figures: the plumbing of --standby, on real servers. Both cells are the
+// advisory lease's, whose verdicts do not hang on the machine's load:
+// without a fault its lock excludes the follower however slowly either
+// runs, and across a failover it may overlap. The fenced cells' "no
+// double-run" rests on each leader ending its piece before its term's
+// TTL, which a loaded machine broke twice in make test: a 248 ms overlap
+// in fenced-epoch/direct/SWITCHOVER beside two CPU hogs, and one in
+// fenced/direct/none beside two hogs and two more test binaries (load
+// average 33), each with every stale write refused. make chaos, run on a
+// machine of its own, keeps their expectations (16 of 16 fenced sync
+// failover cells safe at load averages 2 to 10).
 func TestRunSetsRunsAFailoverCellOnAStackOfItsMode(t *testing.T) {
 	t.Parallel()
 	shared := stacktest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// The cell as --standby gives it.
-	i := slices.IndexFunc(chaos.StandbyMatrix(), func(c chaos.Cell) bool { return c.Name() == "fenced-epoch/direct/SWITCHOVER" })
+	const name = "advisory/direct/SWITCHOVER"
+	i := slices.IndexFunc(chaos.StandbyMatrix(), func(c chaos.Cell) bool { return c.Name() == name })
 	require.GreaterOrEqual(t, i, 0)
 	var modes []stack.ReplicationMode
 	res, err := chaos.RunSets(ctx, []chaos.Cell{
 		chaos.StandbyMatrix()[i],
-		{Strategy: strategy.Fenced, Topology: scenarios.Direct, Fault: fault.None},
+		{Strategy: strategy.Advisory, Topology: scenarios.Direct, Fault: fault.None},
 	}, chaos.RunConfig{
 		Start: func(_ context.Context, _ string, standby stack.ReplicationMode) (*stack.Stack, func(), error) {
 			modes = append(modes, standby)
@@ -117,10 +128,10 @@ func TestRunSetsRunsAFailoverCellOnAStackOfItsMode(t *testing.T) {
 	require.Len(t, res.Results, 2)
 	fo := res.Results[1]
 	require.NoError(t, fo.Err)
-	require.Equal(t, "fenced-epoch/direct/SWITCHOVER", fo.Scenario.Name)
+	require.Equal(t, name, fo.Scenario.Name)
 	require.Equal(t, stack.ReplicationSync, fo.Report.Scenario.Standby)
 	require.True(t, fo.Report.Metrics.Validity.Valid, fo.Report.Verdict.Reason)
 	require.True(t, res.Verdict().Pass, "%s: %s", res.Verdict().Reason, fo.Report.Verdict.Reason)
 	require.Contains(t, res.Summary(), "## Failover cells")
-	require.Contains(t, res.Summary(), "| fenced-epoch | SWITCHOVER (sync standby) | direct |")
+	require.Contains(t, res.Summary(), "| advisory | SWITCHOVER (sync standby) | direct |")
 }
