@@ -31,12 +31,17 @@ func runCell(t *testing.T, s *stack.Stack, strategy string, topology scenarios.T
 	require.NoError(t, err)
 	if faultName == fault.TerminateLeaderBackend.Name() {
 		// The backend-loss double-run needs the follower to lead before
-		// the old leader's piece ends. Under make test's load the chain
-		// from the injection to the follower's first piece took up to
-		// 300ms (three misses in a row in CI) against the matrix's 200ms
-		// piece; a longer piece leaves the race its room and still proves
-		// the limitation. make chaos keeps the matrix's timing.
-		sc.Work = 3 * scenarios.DefaultWork
+		// the old leader's piece ends, and the fault strikes within the
+		// piece's first quarter. Under make test's load the chain from
+		// the injection to the follower's first piece took up to 300ms
+		// (three misses in a row in CI) against the matrix's 200ms piece.
+		// With 600ms pieces, beside two CPU hogs and the mutation gate
+		// (load average 9 to 10), three runs in a row missed again: the
+		// chain took about 450ms, 0.9s and 1.8s (the rest of the piece
+		// plus the leaderless gap each report measured). A 2s piece
+		// leaves 1.5s after the strike, and of three tries one must win
+		// the race. make chaos keeps the matrix's timing.
+		sc.Work = 10 * scenarios.DefaultWork
 	}
 	runs <- struct{}{}
 	defer func() { <-runs }()

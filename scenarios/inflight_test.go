@@ -139,3 +139,40 @@ func TestAwaitSecondHalf(t *testing.T) {
 		require.NoError(t, late.awaitSecondHalf(ctx, time.Now().Add(time.Hour)), "no piece can begin after a middle an hour away")
 	})
 }
+
+// The fault waits for every replica to contend: one that started late on
+// a loaded machine left the fault a single contender.
+func TestAwaitStarted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := stacktest.NewDB(t)
+	conn := stacktest.Connect(t, db.Postgres)
+	require.NoError(t, oracle.Migrate(ctx, conn))
+	pool, err := pgxpool.New(ctx, db.Postgres.DSN)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	r := &run{conn: pool, sc: Scenario{Replicas: 2, PollInterval: 20 * time.Millisecond}}
+	_, err = oracle.LogEvent(ctx, pool, oracle.EventReplicaStarted, "r1", "")
+	require.NoError(t, err)
+	_, err = oracle.LogEvent(ctx, pool, oracle.EventReplicaStarted, "r1", "a second start of the same replica")
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() { done <- r.awaitStarted(ctx, time.Minute) }()
+	select {
+	case err := <-done:
+		t.Fatalf("the wait ended with one of two replicas started (%v)", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	_, err = oracle.LogEvent(ctx, pool, oracle.EventReplicaStarted, "r2", "")
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the wait did not end when the second replica started")
+	}
+
+	alone := &run{conn: pool, sc: Scenario{Replicas: 3, PollInterval: 20 * time.Millisecond}}
+	require.NoError(t, alone.awaitStarted(ctx, 200*time.Millisecond), "its bound ends the wait for a replica that never starts")
+}

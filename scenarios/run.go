@@ -205,6 +205,12 @@ func (r *run) execute(ctx context.Context) (*Report, error) {
 		if err := r.awaitPieces(ctx, start, oracle.MinPieces, r.opts.pieceWait); err != nil {
 			return nil, err
 		}
+		// And once every replica contends: beside two CPU hogs one took
+		// 6.3 s to build its lease, after PARTITION_LEADER had struck, and
+		// the run was INCONCLUSIVE for want of a second contender.
+		if err := r.awaitStarted(ctx, r.opts.pieceWait); err != nil {
+			return nil, err
+		}
 		var healed time.Time
 		var err error
 		if faultAt, healed, err = r.inject(ctx, f); err != nil {
@@ -368,6 +374,22 @@ func (r *run) awaitPieces(ctx context.Context, since time.Time, n int, bound tim
 	for {
 		got, err := oracle.PiecesSince(ctx, r.conn, since)
 		if err != nil || got >= n || time.Now().After(deadline) {
+			return err
+		}
+		if err := wait.Sleep(ctx, r.sc.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitStarted waits, at most bound, until every replica of the run has
+// logged its start. One that has not by then is left to the validity's
+// contention condition, which names it. Caught by TestAwaitStarted.
+func (r *run) awaitStarted(ctx context.Context, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		got, err := oracle.StartedReplicas(ctx, r.conn)
+		if err != nil || got >= r.sc.Replicas || time.Now().After(deadline) {
 			return err
 		}
 		if err := wait.Sleep(ctx, r.sc.PollInterval); err != nil {

@@ -87,6 +87,17 @@ func PiecesSince(ctx context.Context, db Querier, t time.Time) (int, error) {
 	return n, nil
 }
 
+// StartedReplicas counts the replicas that have logged their start
+// (EventReplicaStarted): a built-in replica once its lease is built, a
+// command once its process runs.
+func StartedReplicas(ctx context.Context, db Querier) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(DISTINCT replica) FROM `+eventsTable+` WHERE kind = $1`, EventReplicaStarted).Scan(&n); err != nil {
+		return 0, fmt.Errorf("oracle: replicas started: %w", err)
+	}
+	return n, nil
+}
+
 // SideEffect makes the side-effect write of this replica's piece of work
 // under token, through tx: the leader's own transaction on the work
 // endpoint, which the fence checked first when fenced is true. The row
