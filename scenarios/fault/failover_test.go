@@ -148,15 +148,24 @@ func TestPrimaryFailoverLossy(t *testing.T) {
 	st, err := fault.ProcessState(tg.leader.PID)
 	require.NoError(t, err)
 	require.Contains(t, "Tt", string(st), "the leader is frozen")
+	frozen := time.Now()
 	// Another replica's write while the leader is frozen: acknowledged
 	// by the primary alone.
 	_, err = work.Exec(context.Background(), "INSERT INTO acked VALUES (2)")
 	require.NoError(t, err)
+	// The hold is over and nobody else has been granted the lease: the
+	// failover waits for that grant, which is what it is to lose.
+	time.Sleep(time.Until(frozen.Add(fault.Hold(tg.Setting()) + time.Second)))
+	require.NotContains(t, fmtEvents(tg.Events()), "SIGKILL", "failed over before another replica was granted the lease")
+	rec, err := oracle.NewRecorder(context.Background(), s.Oracle().WithDatabase(tg.db.Name).DSN, "r2")
+	require.NoError(t, err)
+	defer rec.Close()
+	require.NoError(t, rec.Grant(context.Background(), 2))
 	require.NoError(t, <-done)
 
 	requireSteps(t, tg, "SIGKILL")
 	events := fmtEvents(tg.Events())
-	require.Regexp(t, regexp.MustCompile(`standby pg2 detached.*SIGSTOP pid.*injected r1 SIGKILL of primary pg1.*SIGCONT pid`), events, "in this order")
+	require.Regexp(t, regexp.MustCompile(`standby pg2 detached.*SIGSTOP pid.*held .* longer, until another replica was granted.*injected r1 SIGKILL of primary pg1.*SIGCONT pid`), events, "in this order")
 	st, err = fault.ProcessState(tg.leader.PID)
 	require.NoError(t, err)
 	require.NotContains(t, "Tt", string(st), "the leader runs again")

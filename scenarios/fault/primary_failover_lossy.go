@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
+	"github.com/doublerun/doublerun/scenarios/internal/wait"
+	"github.com/doublerun/doublerun/scenarios/oracle"
 	"github.com/doublerun/doublerun/scenarios/stack"
 )
 
@@ -56,6 +59,15 @@ func (primaryFailoverLossy) Inject(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
+	conn, err := oracleConn(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var detached time.Time
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&detached); err != nil {
+		return fmt.Errorf("read the oracle's clock: %w", err)
+	}
 	// SIGCONT however the injection ends: see FREEZE_LEADER.
 	defer func() { _ = signalGroup(l.PID, syscall.SIGCONT) }()
 	if err := s.DetachStandby(ctx); err != nil {
@@ -68,6 +80,9 @@ func (primaryFailoverLossy) Inject(ctx context.Context, t Target) error {
 	d := Hold(t.Setting())
 	event(ctx, t, l.ID, "SIGSTOP pid %d in the middle of its work, for %s, while the primary alone takes the commits", l.PID, d)
 	herr := hold(ctx, d)
+	if herr == nil {
+		herr = awaitNewerGrant(ctx, t, conn, l.ID, detached)
+	}
 	var ferr error
 	if herr == nil {
 		ferr = failOver(ctx, t, l.ID, "SIGKILL", s.KillPrimary)
@@ -82,4 +97,39 @@ func (primaryFailoverLossy) Inject(ctx context.Context, t Target) error {
 	}
 	event(rctx, t, l.ID, "SIGCONT pid %d, on the new primary", l.PID)
 	return errors.Join(herr, ferr)
+}
+
+// newerGrantWait bounds how much longer than Hold the lossy failover
+// holds the frozen leader for another replica's grant.
+const newerGrantWait = 30 * time.Second
+
+// awaitNewerGrant waits, after the hold, until a replica other than the
+// frozen leader has been granted the lease since the standby was detached,
+// on the primary alone: that grant is what the failover is to lose.
+// Beside two CPU hogs the follower's grant once came after the hold, the
+// failover lost nothing, and the run was rightly INCONCLUSIVE ("grant
+// lost"). After newerGrantWait the failover goes ahead without one, and
+// the validity says so. Caught by TestPrimaryFailoverLossy.
+func awaitNewerGrant(ctx context.Context, t Target, conn oracle.Querier, frozen string, since time.Time) error {
+	begin := time.Now()
+	deadline := begin.Add(newerGrantWait)
+	for {
+		ok, err := oracle.GrantedSince(ctx, conn, frozen, since)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if waited := time.Since(begin); waited > 100*time.Millisecond {
+				event(ctx, t, frozen, "held %s longer, until another replica was granted the lease on the primary alone", waited.Round(time.Millisecond))
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			event(ctx, t, frozen, "no other replica was granted the lease within %s after the hold: failing over anyway", newerGrantWait)
+			return nil
+		}
+		if err := wait.Sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }

@@ -87,6 +87,17 @@ func PiecesSince(ctx context.Context, db Querier, t time.Time) (int, error) {
 	return n, nil
 }
 
+// GrantedSince reports whether a replica other than except has logged a
+// grant of the lease at or after t, on the oracle's clock.
+func GrantedSince(ctx context.Context, db Querier, except string, t time.Time) (bool, error) {
+	var found bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+grantsTable+` WHERE replica <> $1 AND at >= $2)`, except, t).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("oracle: granted since %s: %w", t, err)
+	}
+	return found, nil
+}
+
 // StartedReplicas counts the replicas that have logged their start
 // (EventReplicaStarted): a built-in replica once its lease is built, a
 // command once its process runs.
