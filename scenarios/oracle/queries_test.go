@@ -370,3 +370,43 @@ func TestLoadReadsTheRunBack(t *testing.T) {
 	_, _, _, err = oracle.ClaimedLock(ctx, oconn)
 	require.ErrorContains(t, err, `oracle: lock claim "backend x"`)
 }
+
+// The runner waits for every replica's start before a fault, and the
+// lossy failover for another replica's grant after its hold: the two
+// queries they ask, on a real database.
+func TestStartsAndGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, conn := oracleDB(t)
+
+	n, err := oracle.StartedReplicas(ctx, conn)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	for _, id := range []string{"r1", "r1", "r2"} {
+		_, err := oracle.LogEvent(ctx, conn, oracle.EventReplicaStarted, id, "")
+		require.NoError(t, err)
+	}
+	_, err = oracle.LogEvent(ctx, conn, oracle.EventReplicaKilled, "r3", "")
+	require.NoError(t, err)
+	n, err = oracle.StartedReplicas(ctx, conn)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "r1 started twice is one replica; r3 never started")
+
+	var since time.Time
+	require.NoError(t, conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&since))
+	r1, r2 := recorder(t, db.Postgres.DSN, "r1"), recorder(t, db.Postgres.DSN, "r2")
+	require.NoError(t, r1.Grant(ctx, 1))
+	granted, err := oracle.GrantedSince(ctx, conn, "r1", since)
+	require.NoError(t, err)
+	require.False(t, granted, "the frozen leader's own grant is not another's")
+	require.NoError(t, r2.Grant(ctx, 2))
+	granted, err = oracle.GrantedSince(ctx, conn, "r1", since)
+	require.NoError(t, err)
+	require.True(t, granted)
+	granted, err = oracle.GrantedSince(ctx, conn, "r1", since.Add(time.Hour))
+	require.NoError(t, err)
+	require.False(t, granted, "a grant before the moment asked about does not count")
+
+	_, err = oracle.GrantedSince(ctx, conn, "r1", time.Time{}.AddDate(-5000, 0, 0))
+	require.Error(t, err, "an error of the query is returned")
+}
