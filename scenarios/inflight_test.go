@@ -18,12 +18,7 @@ import (
 func TestAwaitInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := stacktest.NewDB(t)
-	conn := stacktest.Connect(t, db.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, conn))
-	pool, err := pgxpool.New(ctx, db.Postgres.DSN)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	db, pool := oracleRun(t)
 	rec, err := oracle.NewRecorder(ctx, db.Postgres.DSN, "r1")
 	require.NoError(t, err)
 	t.Cleanup(rec.Close)
@@ -100,12 +95,7 @@ func TestAwaitInFlight(t *testing.T) {
 func TestAwaitSecondHalf(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := stacktest.NewDB(t)
-	conn := stacktest.Connect(t, db.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, conn))
-	pool, err := pgxpool.New(ctx, db.Postgres.DSN)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	db, pool := oracleRun(t)
 	rec, err := oracle.NewRecorder(ctx, db.Postgres.DSN, "r1")
 	require.NoError(t, err)
 	t.Cleanup(rec.Close)
@@ -145,14 +135,9 @@ func TestAwaitSecondHalf(t *testing.T) {
 func TestAwaitStarted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := stacktest.NewDB(t)
-	conn := stacktest.Connect(t, db.Postgres)
-	require.NoError(t, oracle.Migrate(ctx, conn))
-	pool, err := pgxpool.New(ctx, db.Postgres.DSN)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	_, pool := oracleRun(t)
 	r := &run{conn: pool, sc: Scenario{Replicas: 2, PollInterval: 20 * time.Millisecond}}
-	_, err = oracle.LogEvent(ctx, pool, oracle.EventReplicaStarted, "r1", "")
+	_, err := oracle.LogEvent(ctx, pool, oracle.EventReplicaStarted, "r1", "")
 	require.NoError(t, err)
 	_, err = oracle.LogEvent(ctx, pool, oracle.EventReplicaStarted, "r1", "a second start of the same replica")
 	require.NoError(t, err)
@@ -175,4 +160,17 @@ func TestAwaitStarted(t *testing.T) {
 
 	alone := &run{conn: pool, sc: Scenario{Replicas: 3, PollInterval: 20 * time.Millisecond}}
 	require.NoError(t, alone.awaitStarted(ctx, 200*time.Millisecond), "its bound ends the wait for a replica that never starts")
+}
+
+// oracleRun is a database of its own with the oracle's tables, and a pool
+// on it as a run's conn.
+func oracleRun(t *testing.T) (stacktest.DB, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	db := stacktest.NewDB(t)
+	require.NoError(t, oracle.Migrate(ctx, stacktest.Connect(t, db.Postgres)))
+	pool, err := pgxpool.New(ctx, db.Postgres.DSN)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return db, pool
 }
