@@ -61,10 +61,16 @@ const (
 	childWork       = 20 * time.Millisecond
 )
 
+// childStarted is the line a child logs once its worker runs, with the
+// time each step of its start took; the test starts the clock of its
+// progress phases at the last child's.
+const childStarted = "child worker started"
+
 // childMain is a worker process: a Fenced lease, a worker whose handler
 // records every run of a job in the runs table, until SIGTERM. It then
 // prints the worker's Stats as JSON on stdout.
 func childMain() int {
+	begin := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	dsn, runsDSN, holder := os.Getenv(envChildDSN), os.Getenv(envChildRuns), os.Getenv(envChildHolder)
@@ -81,6 +87,7 @@ func childMain() int {
 		return fail(err)
 	}
 	defer func() { _ = l.Close(context.Background()) }()
+	leaseAt := time.Since(begin)
 
 	// The runs go straight to Postgres, as the scenarios' log does,
 	// through connections enough for a batch's handlers at once: a
@@ -149,6 +156,7 @@ func childMain() int {
 	if err := w.Start(ctx); err != nil {
 		return fail(err)
 	}
+	logger.Info(childStarted, "lease", leaseAt.Round(time.Millisecond), "runs_pool", (time.Since(begin) - leaseAt).Round(time.Millisecond))
 	<-ctx.Done()
 	w.Close()
 	if err := json.NewEncoder(os.Stdout).Encode(w.Stats()); err != nil {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,6 +108,18 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 		})
 		return tm
 	}
+
+	// The progress phases count from the moment every worker runs. A
+	// child's start is its own: a race-built binary's exec, a login for
+	// its lease and ten for its runs pool, each a SCRAM exchange. Inside
+	// make test beside two CPU hogs, three children through the
+	// transaction pool logged nothing for 15 s after they were started, so
+	// the first phase timed out with no run at all. A stalled start fails
+	// here, at the budget; the children's logs, printed with the failure,
+	// show which started.
+	waitFor(t, "every worker started", time.Until(deadline), all, func() bool {
+		return !slices.ContainsFunc(all, func(c *child) bool { return !strings.Contains(c.stderr.String(), childStarted) })
+	})
 
 	// Fault 1, SIGSTOP: freeze the leader mid-batch until another worker is
 	// granted the lease, then thaw it. It resumes believing it leads and
