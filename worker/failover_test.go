@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,7 +117,12 @@ func failover(t *testing.T, db stacktest.DB, ep stack.Endpoint) {
 	// here, at the budget; the children's logs, printed with the failure,
 	// show which started.
 	waitFor(t, "every worker started", time.Until(deadline), all, func() bool {
-		return !slices.ContainsFunc(all, func(c *child) bool { return !strings.Contains(c.stderr.String(), childStarted) })
+		for _, c := range all {
+			if !strings.Contains(c.stderr.String(), childStarted) {
+				return false
+			}
+		}
+		return true
 	})
 
 	// Fault 1, SIGSTOP: freeze the leader mid-batch until another worker is
