@@ -54,7 +54,14 @@ func (b *dockerBackend) startNode(ctx context.Context, spec nodeSpec) (node, str
 	req := b.postgresRequest(ctx, spec.name, hostPort, slices.Concat(settingsHA, []string{"-c", "hba_file=" + hbaPath})...)
 	req.Files = append(req.Files, testcontainers.ContainerFile{Reader: strings.NewReader(hbaConf), ContainerFilePath: hbaPath, FileMode: 0o644})
 	if spec.primary == nil {
-		req.Env = map[string]string{"POSTGRES_USER": spec.user, "POSTGRES_PASSWORD": spec.password, "POSTGRES_DB": spec.database}
+		// A cluster of its own (images/entrypoint.sh): a copy of the
+		// image's would share its system identifier with the oracle
+		// beside it, and Postgres tells clusters apart by it (a standby
+		// refuses WAL from another). Caught by
+		// TestSwitchoverInSyncModeLosesNothing ("the oracle is a server
+		// of its own").
+		req.Env = map[string]string{"POSTGRES_USER": spec.user, "POSTGRES_PASSWORD": spec.password, "POSTGRES_DB": spec.database,
+			"DOUBLERUN_INITDB": "1"}
 	} else {
 		// On a private network the standby reaches the primary by its
 		// alias, on the host's network at its own port of loopback.

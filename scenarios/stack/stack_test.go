@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/doublerun/doublerun/pgbouncer"
@@ -110,6 +111,31 @@ func TestStartAnswersOnEveryEndpoint(t *testing.T) {
 	require.Equal(t, "session", string(s.Session().PoolMode))
 	require.NotEmpty(t, s.Session().Version)
 	require.NotEmpty(t, s.Transaction().AdminDSN)
+}
+
+// The stack's Postgres asks every TCP client for the stack's password: the
+// docker provider's local image starts from a cluster made at build time
+// with no password (images/entrypoint.sh), so a copy whose superuser got
+// none, or whose pg_hba.conf trusted the network, would let this in.
+func TestPostgresRefusesAWrongPassword(t *testing.T) {
+	t.Parallel()
+	s := sharedStack(t)
+	cfg, err := pgx.ParseConfig(s.Postgres().DSN)
+	require.NoError(t, err)
+	require.NotEmpty(t, cfg.Password)
+	ctx := context.Background()
+	for _, password := range []string{"", cfg.Password + "x"} {
+		bad := cfg.Copy()
+		bad.Password = password
+		conn, err := pgx.ConnectConfig(ctx, bad)
+		if err == nil {
+			_ = conn.Close(ctx)
+		}
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "a login with password %q", password)
+		require.Equal(t, "28P01", pgErr.Code, "invalid_password: %v", pgErr)
+	}
+	connect(t, s.Postgres())
 }
 
 // The pool mode is proven by what two clients observe, not by the config.
