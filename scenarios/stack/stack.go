@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/doublerun/doublerun/pgbouncer"
 )
 
@@ -55,6 +57,9 @@ type Stack struct {
 	ha *ha
 	// ext is the failover side of an external stack (external_failover.go).
 	ext *externalFailover
+	// admins are the connections that create and drop databases, per
+	// server DSN (database.go).
+	admins map[string]*pgxpool.Pool
 }
 
 // backend is what a provider implements.
@@ -247,6 +252,7 @@ func (s *Stack) RestartPostgres(ctx context.Context) error {
 // and networks, or processes and temp dirs. It is idempotent.
 func (s *Stack) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
+		s.closeAdmins()
 		s.closeRouter()
 		var errs []error
 		for _, n := range s.nodes() {

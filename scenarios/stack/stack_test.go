@@ -301,6 +301,34 @@ func TestRestartsKeepEndpointsAnswering(t *testing.T) {
 	}
 }
 
+// The stack keeps its connections for creating and dropping databases
+// open, so one can outlive its server's session: killed under it, the
+// next database is made on a new one.
+func TestCreateDatabaseOutlivesItsConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := sharedStack(t)
+	// Both kept connections open: a restart ends them all.
+	p, err := s.adminPool(s.Postgres())
+	require.NoError(t, err)
+	a, err := p.Acquire(ctx)
+	require.NoError(t, err)
+	b, err := p.Acquire(ctx)
+	require.NoError(t, err)
+	a.Release()
+	b.Release()
+	conn := connect(t, s.Postgres())
+	var killed int
+	// OFFSET 0 keeps the filter below the call: Postgres may evaluate
+	// an AND's terms in any order.
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM (
+		SELECT pid FROM pg_stat_activity WHERE application_name = 'doublerun-stack' OFFSET 0) s`).Scan(&killed))
+	require.GreaterOrEqual(t, killed, adminConns, "the stack kept its connections open")
+	db, err := s.CreateDatabase(ctx, "t_")
+	require.NoError(t, err, "a database is made after the stack's connections were killed")
+	require.NoError(t, s.DropDatabase(ctx, db))
+}
+
 // A stopped bouncer is gone when StopPgBouncer returns, whatever its
 // version and clients: from PgBouncer 1.23 SIGTERM waits for every client
 // to leave, so the stack stops it with SIGQUIT (pgbouncerStopSignal).
