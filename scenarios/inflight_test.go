@@ -130,6 +130,55 @@ func TestAwaitSecondHalf(t *testing.T) {
 	})
 }
 
+// The wait for work before and after a fault ends with the work, or with
+// the last replica process: a run whose only replica was killed has none
+// to wait for.
+func TestAwaitPieces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, pool := oracleRun(t)
+	rec, err := oracle.NewRecorder(ctx, db.Postgres.DSN, "r1")
+	require.NoError(t, err)
+	t.Cleanup(rec.Close)
+	since, err := oracle.LogEvent(ctx, pool, oracle.EventFault, "r1", "KILL_LEADER")
+	require.NoError(t, err)
+	rp := &proc{id: "r1", done: make(chan struct{})}
+	r := &run{conn: pool, replicas: []*proc{rp}, sc: Scenario{PollInterval: 20 * time.Millisecond}}
+	ended := func(t *testing.T, done <-chan error, why string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal(why)
+		}
+	}
+
+	t.Run("WaitsWhileAReplicaRuns", func(t *testing.T) {
+		done := make(chan error, 1)
+		go func() { done <- r.awaitPieces(ctx, since, 1, time.Hour) }()
+		select {
+		case err := <-done:
+			t.Fatalf("the wait ended with no piece and r1 running (%v)", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		_, err := rec.Begin(ctx, 1, 0)
+		require.NoError(t, err)
+		ended(t, done, "the wait did not end with the piece")
+	})
+	t.Run("EndsWithTheLastReplica", func(t *testing.T) {
+		done := make(chan error, 1)
+		go func() { done <- r.awaitPieces(ctx, since, 2, time.Hour) }()
+		select {
+		case err := <-done:
+			t.Fatalf("the wait ended with one piece of two and r1 running (%v)", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		close(rp.done)
+		ended(t, done, "the wait went on with no replica left to work")
+	})
+}
+
 // The fault waits for every replica to contend: one that started late on
 // a loaded machine left the fault a single contender.
 func TestAwaitStarted(t *testing.T) {

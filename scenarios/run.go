@@ -337,6 +337,20 @@ func (r *run) running(ids []string) []string {
 	return out
 }
 
+// anyRunning reports whether a replica process of the run has not ended.
+func (r *run) anyRunning() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rp := range r.replicas {
+		select {
+		case <-rp.done:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
 // workAfterWait bounds how much longer than planned a run measures for
 // the work after its fault that the validity floor asks for. The longest
 // wait a healthy run has is PgBouncer's after a Postgres restart: a login
@@ -368,12 +382,18 @@ func (r *run) awaitWorkAfter(ctx context.Context, faultAt time.Time) error {
 const pieceWait = 30 * time.Second
 
 // awaitPieces waits, at most bound, until n pieces of leader work have
-// begun at or after since on the oracle's clock.
+// begun at or after since on the oracle's clock, or until no replica
+// process is left to begin one: a run whose only replica a fault killed
+// (the orphaned-lock tests) waited out the whole bound, 20 s and a TTL,
+// for work that could not come. Caught by TestAwaitPieces.
 func (r *run) awaitPieces(ctx context.Context, since time.Time, n int, bound time.Duration) error {
 	deadline := time.Now().Add(bound)
 	for {
+		// Taken before the count: a replica that had ended by then had
+		// logged every piece it began, so the count holds them all.
+		live := r.anyRunning()
 		got, err := oracle.PiecesSince(ctx, r.conn, since)
-		if err != nil || got >= n || time.Now().After(deadline) {
+		if err != nil || got >= n || !live || time.Now().After(deadline) {
 			return err
 		}
 		if err := wait.Sleep(ctx, r.sc.PollInterval); err != nil {
