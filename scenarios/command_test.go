@@ -123,7 +123,7 @@ func TestCommandReplicaBadInput(t *testing.T) {
 	})
 	t.Run("NeverReports", func(t *testing.T) {
 		t.Parallel()
-		rep, err := runCommand(t, with(replica.Command{Command: []string{"sleep", "600"}}), WithLeaderWait(RunOptions{}, 2*time.Second))
+		rep, err := runCommand(t, with(replica.Command{Command: []string{"sleep", "600"}}), RunOptions{LeaderWait: 2 * time.Second})
 		require.NoError(t, err)
 		require.False(t, rep.Verdict.Pass)
 		require.Contains(t, rep.Verdict.Reason, "no leader work was reported: in 2s no replica command called doublerun.work_begin")
@@ -135,7 +135,7 @@ func TestCommandReplicaBadInput(t *testing.T) {
 		t.Parallel()
 		c := replica.Command{Command: []string{"sh", "-c", "while true; do echo polling; sleep 0.1; done"},
 			Log: &replica.LogPatterns{BecameLeader: "^became leader", LostLeadership: "^lost leadership"}}
-		rep, err := runCommand(t, with(c), WithLeaderWait(RunOptions{}, 2*time.Second))
+		rep, err := runCommand(t, with(c), RunOptions{LeaderWait: 2 * time.Second})
 		require.NoError(t, err)
 		require.False(t, rep.Verdict.Pass)
 		require.Regexp(t, `^no leader work was reported: in 2s the replica commands printed \d+ lines and 0 matched a pattern`, rep.Verdict.Reason)

@@ -11,13 +11,6 @@ func WithReplicaHook(opts RunOptions, f func(pid int)) RunOptions {
 	return opts
 }
 
-// WithLeaderWait returns opts whose run waits d for the first piece of
-// leader work, so a test of a silent replica need not wait 30s.
-func WithLeaderWait(opts RunOptions, d time.Duration) RunOptions {
-	opts.leaderWait = d
-	return opts
-}
-
 // GroupAlive exposes groupAlive to the tests.
 func GroupAlive(pgid int) bool { return groupAlive(pgid) }
 

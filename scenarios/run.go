@@ -43,12 +43,13 @@ type RunOptions struct {
 	Logger *slog.Logger
 	// Keep leaves the run's database in place for inspection.
 	Keep bool
+	// LeaderWait is how long the run waits for the first piece of leader
+	// work before it fails; zero is DefaultLeaderWait. A replica program that builds,
+	// migrates or warms up before it contends needs longer.
+	LeaderWait time.Duration
 
 	// onReplica, for tests, sees each replica's PID as it starts.
 	onReplica func(pid int)
-	// leaderWait, for tests, is how long a run waits for the first piece
-	// of leader work; default leaderWait.
-	leaderWait time.Duration
 	// inFlightWait, for tests, bounds the wait for the pieces a fault's
 	// heal left in flight; default inFlightWait.
 	inFlightWait time.Duration
@@ -66,7 +67,7 @@ func (o RunOptions) withDefaults() RunOptions {
 	if o.Executable == "" {
 		o.Executable, _ = os.Executable() // validate says why when it cannot
 	}
-	o.leaderWait = cmp.Or(o.leaderWait, leaderWait)
+	o.LeaderWait = cmp.Or(o.LeaderWait, DefaultLeaderWait)
 	o.inFlightWait = cmp.Or(o.inFlightWait, inFlightWait)
 	o.stopGrace = cmp.Or(o.stopGrace, stopGrace)
 	o.pieceWait = cmp.Or(o.pieceWait, pieceWait)
@@ -81,6 +82,9 @@ func (o RunOptions) validate() error {
 	if o.Executable == "" {
 		_, err := os.Executable()
 		return fmt.Errorf("find this binary to start replicas: %w", err)
+	}
+	if o.LeaderWait < 0 {
+		return fmt.Errorf("scenarios: RunOptions.LeaderWait is negative (%s); leave it zero for the default %s", o.LeaderWait, DefaultLeaderWait)
 	}
 	return nil
 }

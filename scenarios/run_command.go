@@ -25,11 +25,12 @@ import (
 // group of its own, its group killed on every way out, its output matched
 // against the log patterns in log mode.
 
-// leaderWait is how long a run waits for the first piece of leader work.
-const leaderWait = 30 * time.Second
+// DefaultLeaderWait is how long a run waits for the first piece of leader
+// work unless RunOptions.LeaderWait says otherwise.
+const DefaultLeaderWait = 30 * time.Second
 
 // errSilent is waitForLeader's answer when replica commands ran for
-// leaderWait and none reported any leader work: the run gets a verdict
+// RunOptions.LeaderWait and none reported any leader work: the run gets a verdict
 // that says so (finish, silentReason) rather than an error.
 var errSilent = errors.New("no leader work reported")
 

@@ -148,7 +148,7 @@ const waitSaid = 5 * time.Second
 // waitForLeader waits for the first piece of leader work and starts the
 // measurement there, so start-up time is not counted as leaderless.
 func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
-	deadline := time.Now().Add(r.opts.leaderWait)
+	deadline := time.Now().Add(r.opts.LeaderWait)
 	// A replica that reports nothing holds the run for the whole wait,
 	// however short its duration: say so once the wait is longer than a
 	// start-up, and again as it goes on.
@@ -157,7 +157,7 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 	for {
 		if time.Now().After(say) {
 			r.log.Info("waiting for leader work", "scenario", r.sc.Name, "waited", time.Since(began).Round(time.Second),
-				"up_to", r.opts.leaderWait,
+				"up_to", r.opts.LeaderWait,
 				"why", "the measurement starts at the first piece of leader work a replica reports; none has yet")
 			say = say.Add(waitSaid)
 		}
@@ -189,7 +189,7 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 			if reexec.IsTestBinary() {
 				hint = "; a test binary must call reexec.Main() first in TestMain"
 			}
-			return time.Time{}, fmt.Errorf("no replica became leader within %s%s; replica logs in %s", r.opts.leaderWait, hint, filepath.Join(r.dir, "replicas"))
+			return time.Time{}, fmt.Errorf("no replica became leader within %s%s; replica logs in %s", r.opts.LeaderWait, hint, filepath.Join(r.dir, "replicas"))
 		}
 		if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return time.Time{}, err

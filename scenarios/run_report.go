@@ -77,7 +77,7 @@ func describe(ep stack.Endpoint) string {
 
 // silentReason says why no work was measured from replica commands.
 func (r *run) silentReason() string {
-	wait := r.opts.leaderWait
+	wait := r.opts.LeaderWait
 	c := r.sc.Replica
 	if c.Log == nil {
 		return fmt.Sprintf("no leader work was reported: in %s no replica command called doublerun.work_begin; make the lease call it (on %s) when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", wait, replica.EnvOracleDSN)

@@ -107,6 +107,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 			"doublerun run: --duration 0s is not a duration to measure; leave it out for the scenario's own (5s)"},
 		{"NotADuration", []string{"run", "--scenario", "issue-556", "--duration", "5"},
 			`doublerun run: --duration "5" is not a duration; use one such as 30s, 2m or 1h30m`},
+		{"ShortLeaderWait", []string{"run", "--scenario", "issue-556", "--leader-wait", "500ms"},
+			"doublerun run: --leader-wait 500ms is shorter than any replica takes to start; use 1s or more, or leave it out for 30s"},
 		{"NotABool", []string{"run", "--json=maybe", "--scenario", "issue-556"}, `doublerun run: --json takes true or false, not "maybe"`},
 		{"ZeroReplicas", []string{"run", "--scenario", "issue-556", "--replicas", "0"},
 			"doublerun run: --replicas 0 is not a number of replicas; use 1 to 8, or leave it out for the scenario's own (2)"},
@@ -333,28 +335,31 @@ func TestRunInterruptedDuringTheGracePeriod(t *testing.T) {
 // A replica command that cannot be judged gets its exit code and a first
 // line that says what it did and what to do, in the style of
 // TestEachInputGetsItsExitCodeAndFirstLine; these need a stack. A run
-// that waits for leader work says so while it waits, and why.
+// that waits for leader work says so while it waits, and why, and fails
+// when --leader-wait ends: 10 s, so that the line said at 5 s comes
+// before the end (the default, 30 s, held the test for all of it).
 func TestReplicaCommandGetsItsExitCodeAndFirstLine(t *testing.T) {
 	t.Parallel()
 	const base = `"strategy": "advisory", "topology": {"kind": "direct"}, "expect": "safe", "replicas": 1, "duration": "3s"`
 	for _, tc := range []struct {
 		name    string
 		file    string
+		flags   []string
 		code    int
 		first   string
 		waiting bool // the log says it waits for leader work
 	}{
-		{"ExitsZeroAtOnceWithNoOutput", `{` + base + `, "replica": {"command": ["true"]}}`, 1,
+		{"ExitsZeroAtOnceWithNoOutput", `{` + base + `, "replica": {"command": ["true"]}}`, nil, 1,
 			`doublerun run: replica r1: command "true" exited before any leader work was reported (exit status 0) with no output; fix the command so that it keeps running as a replica (its output: out/case/replicas/r1.log)`, false},
-		{"NeverReportsWork", `{` + base + `, "replica": {"command": ["sleep", "600"]}}`, 1,
-			"doublerun run: scenario case: verdict failed: no leader work was reported: in 30s no replica command called doublerun.work_begin; " +
+		{"NeverReportsWork", `{` + base + `, "replica": {"command": ["sleep", "600"]}}`, []string{"--leader-wait", "10s"}, 1,
+			"doublerun run: scenario case: verdict failed: no leader work was reported: in 10s no replica command called doublerun.work_begin; " +
 				"make the lease call it (on " + replica.EnvOracleDSN + ") when it leads and doublerun.work_end after, or judge an unchanged program by \"replica.log\" patterns", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "case.json"), []byte(tc.file), 0o644))
-			cmd := cliCommand(t, stacktest.ShareEnv(), "run", "--file", "case.json", "--out", "out")
+			cmd := cliCommand(t, stacktest.ShareEnv(), append([]string{"run", "--file", "case.json", "--out", "out"}, tc.flags...)...)
 			cmd.Dir = dir
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -363,7 +368,7 @@ func TestReplicaCommandGetsItsExitCodeAndFirstLine(t *testing.T) {
 			first, _, _ := strings.Cut(messages(stderr.String()), "\n")
 			require.Equal(t, tc.first, first)
 			if tc.waiting {
-				require.Regexp(t, `msg="waiting for leader work" scenario=case waited=\d+s up_to=30s why="the measurement starts at the first piece of leader work a replica reports; none has yet"`, stderr.String())
+				require.Regexp(t, `msg="waiting for leader work" scenario=case waited=\d+s up_to=10s why="the measurement starts at the first piece of leader work a replica reports; none has yet"`, stderr.String())
 			} else {
 				require.NotContains(t, stderr.String(), "waiting for leader work")
 			}

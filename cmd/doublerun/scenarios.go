@@ -41,7 +41,7 @@ func listCommand() command {
 	}
 }
 
-const runUsage = `Usage: doublerun run --scenario NAME|--file FILE [--out DIR] [--json] [--duration D] [--replicas N] [--versions SET]
+const runUsage = `Usage: doublerun run --scenario NAME|--file FILE [--out DIR] [--json] [--duration D] [--replicas N] [--versions SET] [--leader-wait D]
 
 Starts a stack (DOUBLERUN_PROVIDER), runs the scenario's replicas as
 separate processes, measures the double-run and leaderless windows through
@@ -57,6 +57,11 @@ of the "scenario" object of a report.json (durations in nanoseconds, or
 strings such as "5s"; fields left out take their defaults), so a user can
 try a topology, timings and a fault without writing Go. Examples are in
 testdata/scenarios. A bad file gets one line naming the field and the fix.
+
+The measurement starts at the first piece of leader work a replica
+reports; --leader-wait (default 30s) is how long the run waits for it
+before it fails. Give a program that builds, migrates or warms up before
+it contends longer.
 `
 
 func runCommand() command {
@@ -71,8 +76,12 @@ func runCommand() command {
 			duration := fs.Duration("duration", 0, "measure for this long instead of the scenario's default")
 			replicas := fs.Int("replicas", 0, replicasHelp)
 			versions := fs.String("versions", "", versionsHelp)
+			leaderWait := fs.Duration("leader-wait", 0, "how long to wait for the first piece of leader work before failing (default "+scenarios.DefaultLeaderWait.String()+")")
 			if err := parse(fs, args); err != nil {
 				return err
+			}
+			if fs.isSet("leader-wait") && *leaderWait < time.Second {
+				return usageError{fmt.Sprintf("--leader-wait %s is shorter than any replica takes to start; use 1s or more, or leave it out for %s", *leaderWait, scenarios.DefaultLeaderWait)}
 			}
 			set, err := oneVersionSet(*versions)
 			if err != nil {
@@ -111,7 +120,7 @@ func runCommand() command {
 			if !*asJSON {
 				fmt.Fprintln(e.stdout, versionsLine(s))
 			}
-			rep, err := scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log})
+			rep, err := scenarios.Run(ctx, sc, scenarios.RunOptions{Stack: s, OutDir: *out, Logger: e.log, LeaderWait: *leaderWait})
 			if err != nil {
 				if ctx.Err() != nil {
 					logs := ""
