@@ -127,6 +127,10 @@ func (s *Stack) admin(ctx context.Context, ep Endpoint, okOnRetry string, f func
 func (s *Stack) adminPool(ep Endpoint) (*pgxpool.Pool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.adminsClosed {
+		// A pool made now would outlive the stack: Close has passed.
+		return nil, fmt.Errorf("%s: the stack is closed", ep.Name)
+	}
 	if p := s.admins[ep.DSN]; p != nil {
 		return p, nil
 	}
@@ -150,11 +154,12 @@ func (s *Stack) adminPool(ep Endpoint) (*pgxpool.Pool, error) {
 	return p, nil
 }
 
-// closeAdmins closes the pools of admin.
+// closeAdmins closes the pools of admin; adminPool makes none after it.
+// Caught by TestCloseLeavesNothingBehind.
 func (s *Stack) closeAdmins() {
 	s.mu.Lock()
 	pools := s.admins
-	s.admins = nil
+	s.admins, s.adminsClosed = nil, true
 	s.mu.Unlock()
 	for _, p := range pools {
 		p.Close()

@@ -58,8 +58,9 @@ type Stack struct {
 	// ext is the failover side of an external stack (external_failover.go).
 	ext *externalFailover
 	// admins are the connections that create and drop databases, per
-	// server DSN (database.go).
-	admins map[string]*pgxpool.Pool
+	// server DSN (database.go); adminsClosed, that Close closed them.
+	admins       map[string]*pgxpool.Pool
+	adminsClosed bool
 }
 
 // backend is what a provider implements.

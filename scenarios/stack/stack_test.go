@@ -364,9 +364,16 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 	s, err := Start(ctx, Options{})
 	require.NoError(t, err)
 	nodes := s.nodes()
+	_, err = s.CreateDatabase(ctx, "before_close_")
+	require.NoError(t, err, "a kept admin connection to close")
 	require.NoError(t, s.Close(ctx))
 	requireNothingLeft(t, *got, nodes)
 	require.NoError(t, s.Close(ctx), "Close is idempotent")
+	_, err = s.CreateDatabase(ctx, "after_close_")
+	require.ErrorContains(t, err, "the stack is closed", "no admin pool is made to outlive the stack")
+	s.mu.Lock()
+	require.Empty(t, s.admins)
+	s.mu.Unlock()
 }
 
 func TestFailedStartLeavesNothingBehind(t *testing.T) {
