@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -420,14 +419,4 @@ func tail(data []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
