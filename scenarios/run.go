@@ -44,8 +44,8 @@ type RunOptions struct {
 	// Keep leaves the run's database in place for inspection.
 	Keep bool
 	// LeaderWait is how long the run waits for the first piece of leader
-	// work before it fails; zero is DefaultLeaderWait. A replica program that builds,
-	// migrates or warms up before it contends needs longer.
+	// work before it fails; zero is DefaultLeaderWait. A replica program
+	// that builds, migrates or warms up before it contends needs longer.
 	LeaderWait time.Duration
 
 	// onReplica, for tests, sees each replica's PID as it starts.
