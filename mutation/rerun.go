@@ -276,13 +276,18 @@ func goTestPackage(ctx context.Context, o RerunOptions, env []string, dir, pkg, 
 	res.built = true
 	defer os.Remove(bin)
 	targs := []string{"-test.failfast", "-test.v"}
+	// took is timed from the moment the bound starts: a run that hit its
+	// bound took at least the bound. With the clock started after the
+	// command's set-up, a loaded machine reported an endless run as
+	// 4.998 s of a 5 s bound.
+	start := time.Now()
 	run := ctx
 	if bound > 0 {
 		// The binary's own -test.timeout comes later, so the bound is
 		// ours.
 		targs = append(targs, "-test.timeout", (bound + 30*time.Second).String())
 		var cancel context.CancelFunc
-		run, cancel = context.WithTimeout(ctx, bound)
+		run, cancel = context.WithDeadline(ctx, start.Add(bound))
 		defer cancel()
 	}
 	cmd := exec.CommandContext(run, bin, targs...)
@@ -292,7 +297,6 @@ func goTestPackage(ctx context.Context, o RerunOptions, env []string, dir, pkg, 
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	sweep := killGroup(cmd, o.KillGrace)
 	cmd.WaitDelay = o.KillGrace + 5*time.Second
-	start := time.Now()
 	err = cmd.Run()
 	res.took = time.Since(start)
 	sweep()
