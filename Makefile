@@ -53,6 +53,13 @@ TEST_REPORTS ?= $(CURDIR)/reports/test
 # test on a new clone compiled 100 packages again (39 core-seconds,
 # process accounting at efc4e1b). Every go command of the recipe gets it.
 test: export GOFLAGS := $(strip -trimpath $(GOFLAGS))
+# GORACE=atexit_sleep_ms=0: a race-instrumented binary otherwise sleeps
+# 1 s before it exits, so that a goroutine still running at the exit can
+# report a race. Every test binary and every race-built child the tests
+# start (the CLI's, the worker's failover children) paid that second on
+# its test's clock. A race found while the tests run is reported as
+# before; a GORACE of the caller's own comes after and wins.
+test: export GORACE := $(strip atexit_sleep_ms=0 $(GORACE))
 test:
 	rm -rf $(TEST_REPORTS)
 	DOUBLERUN_TEST_REPORTS=$(TEST_REPORTS) $(GO) run ./scenarios/stack/internal/prepare -child-binary ./cmd/doublerun -warm "$(GO) list -race -deps -test -export $(PKGS)" -warm "$(MAKE) -s replicas GO=$(GO)" -- $(GO) test $(TEST_FLAGS) $(if $(filter ./...,$(PKGS)),$(TEST_FIRST)) $(PKGS)
