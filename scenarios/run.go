@@ -328,12 +328,7 @@ func (r *run) running(ids []string) []string {
 	var out []string
 	for _, id := range ids {
 		for _, rp := range r.replicas {
-			if rp.id != id {
-				continue
-			}
-			select {
-			case <-rp.done:
-			default:
+			if rp.id == id && !rp.ended() {
 				out = append(out, id)
 			}
 		}
@@ -346,9 +341,7 @@ func (r *run) anyRunning() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rp := range r.replicas {
-		select {
-		case <-rp.done:
-		default:
+		if !rp.ended() {
 			return true
 		}
 	}

@@ -44,6 +44,16 @@ type proc struct {
 	killed atomic.Bool
 }
 
+// ended reports whether the process has exited and been waited for.
+func (p *proc) ended() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (r *run) startReplicas(ctx context.Context) error {
 	r.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	r.proxies = map[string][]*toxiproxy.Proxy{}
@@ -170,15 +180,14 @@ func (r *run) waitForLeader(ctx context.Context) (time.Time, error) {
 		}
 		r.mu.Lock()
 		for _, rp := range r.replicas {
-			select {
-			case <-rp.done:
-				r.mu.Unlock()
-				if rp.command {
-					return time.Time{}, r.exitedAtOnce(rp)
-				}
-				return time.Time{}, fmt.Errorf("replica %s exited before any leader work (%v); its log: %s%s", rp.id, rp.err, rp.log, tailFile(rp.log))
-			default:
+			if !rp.ended() {
+				continue
 			}
+			r.mu.Unlock()
+			if rp.command {
+				return time.Time{}, r.exitedAtOnce(rp)
+			}
+			return time.Time{}, fmt.Errorf("replica %s exited before any leader work (%v); its log: %s%s", rp.id, rp.err, rp.log, tailFile(rp.log))
 		}
 		r.mu.Unlock()
 		if time.Now().After(deadline) && r.sc.Replica != nil {

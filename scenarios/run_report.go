@@ -46,13 +46,11 @@ func (r *run) report(h oracle.History, m oracle.Metrics) *Report {
 	r.mu.Lock()
 	for _, rp := range r.replicas {
 		info := ReplicaInfo{ID: rp.id, PID: rp.cmd.Process.Pid, Exit: "running"}
-		select {
-		case <-rp.done:
+		if rp.ended() {
 			info.Exit = "exit 0"
 			if rp.err != nil {
 				info.Exit = rp.err.Error()
 			}
-		default:
 		}
 		if !r.tempDir {
 			info.Log = rp.log
@@ -110,12 +108,8 @@ func (r *run) protocolInfo() *ProtocolInfo {
 	var lags []time.Duration
 	r.mu.Lock()
 	for _, rp := range r.replicas {
-		select {
-		case <-rp.done:
-			if rp.leftBehind {
-				p.LeftBehind = append(p.LeftBehind, rp.id)
-			}
-		default:
+		if rp.ended() && rp.leftBehind {
+			p.LeftBehind = append(p.LeftBehind, rp.id)
 		}
 		if rp.lines != nil {
 			l, m := rp.lines.Counts()
