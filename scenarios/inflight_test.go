@@ -18,10 +18,7 @@ import (
 func TestAwaitInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, pool := oracleRun(t)
-	rec, err := oracle.NewRecorder(ctx, db.Postgres.DSN, "r1")
-	require.NoError(t, err)
-	t.Cleanup(rec.Close)
+	pool, rec := oracleRecorder(t)
 
 	// setup opens a piece of r1's, then the heal, and returns a run whose
 	// replica r1 is alive or not.
@@ -95,12 +92,9 @@ func TestAwaitInFlight(t *testing.T) {
 func TestAwaitSecondHalf(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, pool := oracleRun(t)
-	rec, err := oracle.NewRecorder(ctx, db.Postgres.DSN, "r1")
-	require.NoError(t, err)
-	t.Cleanup(rec.Close)
+	pool, rec := oracleRecorder(t)
 	// A piece before the measurement's start, then the start.
-	_, err = rec.Begin(ctx, 1, 0)
+	_, err := rec.Begin(ctx, 1, 0)
 	require.NoError(t, err)
 	start, err := oracle.LogEvent(ctx, pool, oracle.EventMeasureStart, "", "")
 	require.NoError(t, err)
@@ -136,10 +130,7 @@ func TestAwaitSecondHalf(t *testing.T) {
 func TestAwaitPieces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, pool := oracleRun(t)
-	rec, err := oracle.NewRecorder(ctx, db.Postgres.DSN, "r1")
-	require.NoError(t, err)
-	t.Cleanup(rec.Close)
+	pool, rec := oracleRecorder(t)
 	since, err := oracle.LogEvent(ctx, pool, oracle.EventFault, "r1", "KILL_LEADER")
 	require.NoError(t, err)
 	rp := &proc{id: "r1", done: make(chan struct{})}
@@ -222,4 +213,15 @@ func oracleRun(t *testing.T) (stacktest.DB, *pgxpool.Pool) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return db, pool
+}
+
+// oracleRecorder is oracleRun's pool with replica r1's recorder on the
+// same database.
+func oracleRecorder(t *testing.T) (*pgxpool.Pool, *oracle.Recorder) {
+	t.Helper()
+	db, pool := oracleRun(t)
+	rec, err := oracle.NewRecorder(context.Background(), db.Postgres.DSN, "r1")
+	require.NoError(t, err)
+	t.Cleanup(rec.Close)
+	return pool, rec
 }
