@@ -41,7 +41,9 @@ func listCommand() command {
 	}
 }
 
-const runUsage = `Usage: doublerun run --scenario NAME|--file FILE [--out DIR] [--json] [--duration D] [--replicas N] [--versions SET] [--leader-wait D]
+// runUsage names the default leader wait from the scenarios package, so
+// the help cannot drift from it.
+var runUsage = `Usage: doublerun run --scenario NAME|--file FILE [--out DIR] [--json] [--duration D] [--replicas N] [--versions SET] [--leader-wait D]
 
 Starts a stack (DOUBLERUN_PROVIDER), runs the scenario's replicas as
 separate processes, measures the double-run and leaderless windows through
@@ -59,7 +61,7 @@ try a topology, timings and a fault without writing Go. Examples are in
 testdata/scenarios. A bad file gets one line naming the field and the fix.
 
 The measurement starts at the first piece of leader work a replica
-reports; --leader-wait (default 30s) is how long the run waits for it
+reports; --leader-wait (default ` + scenarios.DefaultLeaderWait.String() + `) is how long the run waits for it
 before it fails. Give a program that builds, migrates or warms up before
 it contends longer.
 `
