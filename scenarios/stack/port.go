@@ -1,14 +1,16 @@
 package stack
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"syscall"
+	"time"
 )
 
 // freePort returns a loopback port that nothing listens on, for a server
@@ -19,18 +21,27 @@ import (
 // between the check and Docker's bind of it ("listen tcp4
 // 127.0.0.1:46279: bind: address already in use", docker-bridge, at
 // 8db5481). The port is drawn at random outside that range, where no
-// outgoing connection goes, checked free, and not handed out again by
-// this process while recent. Caught by TestFreePortIsOutsideTheEphemeralRange.
+// outgoing connection goes, checked free, and booked machine-wide for
+// portHold (portBook). Caught by TestFreePortIsOutsideTheEphemeralRange.
 func freePort() (int, error) {
 	lo, hi, ok := drawRange(ephemeralRange())
 	if !ok {
 		return kernelPort()
 	}
-	issued.mu.Lock()
-	defer issued.mu.Unlock()
+	return drawPort(portBookPath, lo, hi)
+}
+
+// drawPort draws a free port of [lo, hi) that the book at path does not
+// hold, and books it. Caught by TestDrawPortSkipsBookedPorts.
+func drawPort(path string, lo, hi int) (int, error) {
+	book, err := openPortBook(path)
+	if err != nil {
+		return 0, err
+	}
+	now := time.Now()
 	for range portTries {
 		p := lo + rand.IntN(hi-lo)
-		if slices.Contains(issued.recent[:], p) {
+		if book.booked(p, now) {
 			continue
 		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
@@ -38,11 +49,11 @@ func freePort() (int, error) {
 			continue // in use: draw again
 		}
 		_ = l.Close()
-		issued.recent[issued.next%len(issued.recent)] = p
-		issued.next++
-		return p, nil
+		book.book(p, now)
+		return p, book.close(now)
 	}
-	return 0, fmt.Errorf("find a free port: %d ports drawn from %d to %d were all in use", portTries, lo, hi-1)
+	_ = book.close(now)
+	return 0, fmt.Errorf("find a free port: %d ports drawn from %d to %d were all in use or booked in %s", portTries, lo, hi-1, path)
 }
 
 // kernelPort asks the kernel for a free loopback port, where its
@@ -59,12 +70,72 @@ func kernelPort() (int, error) {
 // portTries bounds the draws of one freePort.
 const portTries = 100
 
-// issued holds the ports this process handed out last: a server told one
-// may not have bound it yet, so it is not drawn again until 64 later ones.
-var issued struct {
-	mu     sync.Mutex
-	recent [64]int
-	next   int
+// The port book holds the ports handed out on this machine by every
+// doublerun process. A server told a port may not have bound it yet, and
+// until it does the port is free to anyone who checks: make test runs
+// two test binaries at once, each drawing ports, and a PgBouncer of an HA
+// stack found its port taken ("cannot listen on 127.0.0.1:16557: Address
+// already in use", at de8101c). One file, locked while it is read and
+// written back, keeps each port booked for portHold, far longer than a
+// server takes to bind even on a loaded machine; older entries are
+// dropped when it is written. It lives in /tmp itself, not TMPDIR, since
+// the mutation gate gives each guard's tests a TMPDIR of its own.
+const portHold = 10 * time.Minute
+
+const portBookPath = "/tmp/doublerun-ports"
+
+type portBook struct {
+	f    *os.File
+	held map[int]time.Time
+}
+
+// openPortBook opens and locks the book at path, creating it if need be.
+// Close it to write it back and unlock it.
+func openPortBook(path string) (*portBook, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("open the port book %s: %w; remove it, or make /tmp writable", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock the port book %s: %w", path, err)
+	}
+	b := &portBook{f: f, held: map[int]time.Time{}}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var p int
+		var at int64
+		if _, err := fmt.Sscan(sc.Text(), &p, &at); err == nil {
+			b.held[p] = time.Unix(0, at)
+		}
+	}
+	return b, nil
+}
+
+// booked says p was handed out less than portHold before now.
+func (b *portBook) booked(p int, now time.Time) bool {
+	at, ok := b.held[p]
+	return ok && now.Sub(at) < portHold
+}
+
+func (b *portBook) book(p int, now time.Time) { b.held[p] = now }
+
+// close writes back the entries still held at now and unlocks the book.
+func (b *portBook) close(now time.Time) error {
+	defer b.f.Close()
+	var buf bytes.Buffer
+	for p, at := range b.held {
+		if now.Sub(at) < portHold {
+			fmt.Fprintf(&buf, "%d %d\n", p, at.UnixNano())
+		}
+	}
+	if err := b.f.Truncate(0); err != nil {
+		return fmt.Errorf("write the port book %s: %w", b.f.Name(), err)
+	}
+	if _, err := b.f.WriteAt(buf.Bytes(), 0); err != nil {
+		return fmt.Errorf("write the port book %s: %w", b.f.Name(), err)
+	}
+	return nil
 }
 
 // Where freePort draws: from minPort up to the ephemeral range, or above
