@@ -163,11 +163,11 @@ func installNative(ctx context.Context, log *slog.Logger, opts Options, why stri
 	if _, err := exec.LookPath(host.aptGet); err != nil {
 		return fmt.Errorf("%s not installed and apt-get is not available; install Postgres and PgBouncer with the system's package manager, or start Docker", strings.Join(pkgs, " and "))
 	}
-	unlock, err := lockFile(ctx, host.lockPath)
+	lock, err := lockFile(ctx, host.lockPath)
 	if err != nil {
 		return fmt.Errorf("native provider: %w", err)
 	}
-	defer unlock()
+	defer lock.Close()
 	if pkgs = missingPackages(opts); len(pkgs) == 0 {
 		return nil // another process installed them while this one waited
 	}
@@ -188,9 +188,10 @@ func installNative(ctx context.Context, log *slog.Logger, opts Options, why stri
 	return nil
 }
 
-// lockFile takes an exclusive flock on path, waiting for other processes
-// until ctx ends, and returns the unlock function.
-func lockFile(ctx context.Context, path string) (func(), error) {
+// lockFile takes an exclusive flock on path, creating it if need be and
+// waiting for other processes until ctx ends, and returns the file
+// locked: closing it unlocks it.
+func lockFile(ctx context.Context, path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
@@ -198,7 +199,7 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return func() { f.Close() }, nil
+			return f, nil
 		}
 		if err != syscall.EWOULDBLOCK {
 			f.Close()

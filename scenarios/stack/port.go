@@ -3,13 +3,13 @@ package stack
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -92,13 +92,9 @@ type portBook struct {
 // openPortBook opens and locks the book at path, creating it if need be.
 // Close it to write it back and unlock it.
 func openPortBook(path string) (*portBook, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	f, err := lockFile(context.Background(), path)
 	if err != nil {
-		return nil, fmt.Errorf("open the port book %s: %w; remove it, or make /tmp writable", path, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock the port book %s: %w", path, err)
+		return nil, fmt.Errorf("the port book: %w", err)
 	}
 	b := &portBook{f: f, held: map[int]time.Time{}}
 	sc := bufio.NewScanner(f)
