@@ -224,8 +224,12 @@ func lastLine(out []byte) string {
 // applies to the docker provider only, and the line says so when they
 // differ.
 func (b *nativeBackend) describe(ctx context.Context, opts Options) string {
-	pg := postgresVersion(ctx, filepath.Join(b.binDir, "postgres"))
+	out, _ := b.command(ctx, filepath.Join(b.binDir, "postgres"), "--version").Output()
+	pg := parsePostgresVersion(out)
 	pgb := b.version(ctx)
+	if b.root != "" {
+		return fmt.Sprintf("native processes on %s: Postgres %s, PgBouncer %s (%s=docker runs each server in a container of its own)", b.rootFrom, pg, pgb, EnvProvider)
+	}
 	line := fmt.Sprintf("native binaries: Postgres %s from %s, PgBouncer %s from %s", pg, b.binDir, pgb, b.pgbouncer)
 	if have := setName(pg, pgb); opts.versionsAsked && have != opts.versionSet.Name {
 		line += fmt.Sprintf("; %s=%s applies to the docker provider, the host's binaries are %s", EnvVersions, opts.versionSet.Name, have)
@@ -236,9 +240,16 @@ func (b *nativeBackend) describe(ctx context.Context, opts Options) string {
 // postgresVersion runs `postgres --version` and returns the version part,
 // such as "15.13 (Debian 15.13-0+deb12u1)".
 func postgresVersion(ctx context.Context, bin string) string {
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
-	if err != nil {
+	out, _ := exec.CommandContext(ctx, bin, "--version").Output()
+	return parsePostgresVersion(out)
+}
+
+// parsePostgresVersion is the version part of `postgres --version`'s
+// output, "unknown" for none.
+func parsePostgresVersion(out []byte) string {
+	v := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL)"))
+	if v == "" {
 		return "unknown"
 	}
-	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL)"))
+	return v
 }

@@ -70,6 +70,8 @@ type dockerBackend struct {
 	netName        string
 	postgresImage  string
 	pgbouncerImage string
+	// local: the images are doublerun's own (dockerImages.local).
+	local bool
 	// pgPort is Postgres's port on the host's network, where a bouncer
 	// reaches it; 0 on a private network, where it is pgAlias:pgPort.
 	pgPort int
@@ -139,7 +141,7 @@ func newDockerBackend(ctx context.Context, opts Options, cli *testcontainers.Doc
 	id := randomPassword()[:12]
 	labels := me.labels()
 	labels[LabelStack] = id
-	b := &dockerBackend{id: id, labels: labels, logger: opts.Logger, cli: cli, netName: hostNetwork, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer}
+	b := &dockerBackend{id: id, labels: labels, logger: opts.Logger, cli: cli, netName: hostNetwork, postgresImage: imgs.postgres, pgbouncerImage: imgs.pgbouncer, local: imgs.local}
 	if !opts.dockerBridge && hostNetworking(ctx, cli) {
 		return b, nil
 	}

@@ -24,3 +24,5 @@ func dockerRoute(context.Context, Options) (backend, string, error) {
 func attachDocker(context.Context, Options, string, string, int) (backend, error) {
 	return nil, errNoDocker
 }
+
+func imageRootRoute(context.Context, Options, backend) (*nativeBackend, error) { return nil, nil }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -67,8 +66,7 @@ func (b *nativeBackend) basebackup(ctx context.Context, pgdata string, spec node
 		return err
 	}
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s application_name=%s", port, spec.user, spec.password, spec.name)
-	cmd := exec.CommandContext(ctx, filepath.Join(b.binDir, "pg_basebackup"), "-D", pgdata, "-R", "-X", "stream", "-c", "fast", "--no-sync", "-d", conninfo)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
+	cmd := b.command(ctx, filepath.Join(b.binDir, "pg_basebackup"), "-D", pgdata, "-R", "-X", "stream", "-c", "fast", "--no-sync", "-d", conninfo)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("pg_basebackup of %s: %w\n%s", spec.primary.name, err, out)

@@ -34,6 +34,10 @@ const envRyukDisabled = "TESTCONTAINERS_RYUK_DISABLED"
 type dockerImages struct {
 	postgres, pgbouncer string
 	route               string
+	// local says that both are doublerun's own images of one version
+	// set, made from one filesystem that holds both servers (images/build.sh),
+	// which an imageRoot can lend to native processes.
+	local bool
 }
 
 // imageCache keeps the images resolved in this process, so that the stacks
@@ -90,6 +94,7 @@ func pickImages(ctx context.Context, opts Options, cli *testcontainers.DockerCli
 		postgres:  cmp.Or(opts.PostgresImage, set.LocalPostgresImage),
 		pgbouncer: cmp.Or(opts.PgBouncerImage, set.LocalPgBouncerImage),
 	}
+	local.local = local.postgres == set.LocalPostgresImage && local.pgbouncer == set.LocalPgBouncerImage
 	if err := buildLocalImages(ctx, set, opts.Logger); err != nil {
 		return dockerImages{}, fmt.Errorf("the public images cannot be pulled (%s) and the local images cannot be built: %w", pullErr, err)
 	}

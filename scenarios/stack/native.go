@@ -21,23 +21,46 @@ import (
 // nativeBackend runs postgres and pgbouncer as child processes on loopback,
 // in one temp dir per stack. As root it runs them as the postgres user,
 // because both refuse to run as root.
+//
+// With a root (a directory holding a whole Debian filesystem, see
+// root.go) the binaries are that filesystem's, run chrooted into it as its
+// own postgres user; the stack's dir is visible at the same path inside
+// and outside the root, so every path below means the same to the
+// harness and to the servers.
 type nativeBackend struct {
 	dir       string
-	binDir    string // initdb and postgres
-	pgbouncer string
+	root      string // "" for the host's own filesystem
+	rootFrom  string // what lends root its filesystem, for the route line
+	binDir    string // initdb and postgres, inside root
+	pgbouncer string // inside root
 	cred      *syscall.Credential
 	uid, gid  int
 	pgHost    string // where the bouncers forward to
 	pgPort    int
 	log       interface{ Info(string, ...any) }
+	// release frees what lends the root its filesystem (an image's
+	// container), after the servers and the dir are gone.
+	release func(context.Context) error
 }
 
 func newNativeBackend(opts Options) (*nativeBackend, error) {
-	binDir, err := findPostgresBinDir(opts.PostgresBinDir)
+	return newNativeBackendIn(opts, opts.getenv(EnvNativeRoot))
+}
+
+// newNativeBackendIn is newNativeBackend with its binaries under root ("":
+// the host's).
+func newNativeBackendIn(opts Options, root string) (*nativeBackend, error) {
+	var binDir string
+	var err error
+	if root != "" {
+		binDir, err = rootPostgresBinDir(root)
+	} else {
+		binDir, err = findPostgresBinDir(opts.PostgresBinDir)
+	}
 	if err != nil {
 		return nil, err
 	}
-	b, err := newNativeBouncers(opts)
+	b, err := newNativeBouncersIn(opts, root)
 	if err != nil {
 		return nil, err
 	}
@@ -48,8 +71,16 @@ func newNativeBackend(opts Options) (*nativeBackend, error) {
 // newNativeBouncers returns a native backend that can start PgBouncers but
 // has no Postgres of its own: set pgHost and pgPort before starting one.
 // The external provider uses it to add bouncers in front of a Postgres it
-// does not own.
+// does not own, with the root the environment names (EnvNativeRoot) when
+// that stack's own servers run in one.
 func newNativeBouncers(opts Options) (*nativeBackend, error) {
+	return newNativeBouncersIn(opts, opts.getenv(EnvNativeRoot))
+}
+
+func newNativeBouncersIn(opts Options, root string) (*nativeBackend, error) {
+	if root != "" {
+		return newRootedBouncers(opts, root)
+	}
 	bouncerBin, err := findPgBouncer(opts.PgBouncerBin)
 	if err != nil {
 		return nil, err
@@ -65,21 +96,39 @@ func newNativeBouncers(opts Options) (*nativeBackend, error) {
 		b.uid, b.gid = uid, gid
 		b.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	root := nativeRoot()
-	dir, err := os.MkdirTemp(root, nativeDirPrefix)
+	return b, b.makeDir()
+}
+
+// makeDir makes the stack's temp dir in nativeRoot(), with its owner file,
+// and hands it to the servers' user.
+func (b *nativeBackend) makeDir() error {
+	parent := nativeRoot()
+	dir, err := os.MkdirTemp(parent, nativeDirPrefix)
 	if err != nil {
-		return nil, stackDirError(root, err)
+		return stackDirError(parent, err)
 	}
 	b.dir = dir
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(self().encode()), 0o644); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("native provider: %w", err)
+		return fmt.Errorf("native provider: %w", err)
 	}
 	if err := b.own(dir); err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return err
 	}
-	return b, nil
+	return nil
+}
+
+// command is a helper program of the servers' (initdb, psql,
+// pg_basebackup) run as their user, in its own process group, inside the
+// root when there is one.
+func (b *nativeBackend) command(ctx context.Context, path string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true, Chroot: b.root}
+	if b.root != "" {
+		cmd.Dir = "/"
+	}
+	return cmd
 }
 
 const (
@@ -178,9 +227,8 @@ func (b *nativeBackend) initdb(ctx context.Context, pgdata, user, password strin
 		return err
 	}
 	defer os.Remove(pwfile)
-	initdb := exec.CommandContext(ctx, filepath.Join(b.binDir, "initdb"), "-D", pgdata, "-U", user,
+	initdb := b.command(ctx, filepath.Join(b.binDir, "initdb"), "-D", pgdata, "-U", user,
 		"--pwfile="+pwfile, "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
 	initdb.Env = append(os.Environ(), "LC_ALL=C")
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w\n%s", err, out)
@@ -218,6 +266,7 @@ func (b *nativeBackend) postgresProcess(name, pgdata string, port int, args ...s
 			"-c", "dynamic_shared_memory_type=mmap"}, args...),
 		logPath: filepath.Join(b.dir, name+".log"),
 		cred:    b.cred,
+		root:    b.root,
 		stopSig: syscall.SIGINT, // fast shutdown
 		uid:     b.uid,
 		gid:     b.gid,
@@ -228,9 +277,8 @@ func (b *nativeBackend) postgresProcess(name, pgdata string, port int, args ...s
 func (b *nativeBackend) createDatabase(ctx context.Context, sock string, port int, user, db string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		cmd := exec.CommandContext(ctx, filepath.Join(b.binDir, "psql"), "-h", sock, "-p", strconv.Itoa(port),
+		cmd := b.command(ctx, filepath.Join(b.binDir, "psql"), "-h", sock, "-p", strconv.Itoa(port),
 			"-U", user, "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qc", fmt.Sprintf("CREATE DATABASE %q", db))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			return nil
@@ -269,6 +317,7 @@ func (b *nativeBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 		args:    []string{iniPath},
 		logPath: filepath.Join(b.dir, name+".log"),
 		cred:    b.cred,
+		root:    b.root,
 		stopSig: pgbouncerStopSignal(cfg.Version), // immediate shutdown
 		uid:     b.uid,
 		gid:     b.gid,
@@ -280,7 +329,7 @@ func (b *nativeBackend) startPgBouncer(ctx context.Context, name string, cfg pgb
 }
 
 func (b *nativeBackend) version(ctx context.Context) string {
-	out, err := exec.CommandContext(ctx, b.pgbouncer, "--version").Output()
+	out, err := b.command(ctx, b.pgbouncer, "--version").Output()
 	if err != nil {
 		return ""
 	}
@@ -291,14 +340,18 @@ func (b *nativeBackend) version(ctx context.Context) string {
 	return v.String()
 }
 
-func (b *nativeBackend) close(context.Context) error {
+func (b *nativeBackend) close(ctx context.Context) error {
 	// A server KillPrimary killed left its System V segment, which only a
 	// clean shutdown removes; its processes are gone, so it can go now.
 	releaseSharedMemory(b.dir, slog.New(slog.DiscardHandler))
-	if err := os.RemoveAll(b.dir); err != nil {
-		return fmt.Errorf("native provider: remove %s: %w", b.dir, err)
+	var err error
+	if rmErr := os.RemoveAll(b.dir); rmErr != nil {
+		err = fmt.Errorf("native provider: remove %s: %w", b.dir, rmErr)
 	}
-	return nil
+	if b.release != nil {
+		err = errors.Join(err, b.release(ctx))
+	}
+	return err
 }
 
 // process is one server run as a child process. It can be stopped and
@@ -309,6 +362,7 @@ type process struct {
 	args     []string
 	logPath  string
 	cred     *syscall.Credential
+	root     string // chroot, "" for none
 	stopSig  syscall.Signal
 	uid, gid int
 
@@ -342,7 +396,10 @@ func (p *process) start(context.Context) error {
 	// Own process group, so a terminal's Ctrl-C reaches the harness, which
 	// then shuts the servers down in order; Pdeathsig, so a harness that is
 	// killed outright does not leave servers behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL, Chroot: p.root}
+	if p.root != "" {
+		cmd.Dir = "/"
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", p.path, err)

@@ -38,7 +38,9 @@ func selectBackend(ctx context.Context, opts Options) (backend, Provider, error)
 
 // autoRoute takes the first route that works: docker (public images, else
 // local ones built on first use), then native binaries (installed first
-// where that can be done).
+// where that can be done). With doublerun's local images, as root, on an
+// engine of this machine, the docker route's servers run as native
+// processes on the image's filesystem (imageRootRoute).
 func autoRoute(ctx context.Context, opts Options) (backend, Provider, error) {
 	var dockerErr error
 	if _, err := prepareRyuk(ctx, opts.Logger); err != nil {
@@ -48,6 +50,18 @@ func autoRoute(ctx context.Context, opts Options) (backend, Provider, error) {
 	} else {
 		b, route, err := dockerRoute(ctx, opts)
 		if err == nil {
+			nb, rootErr := imageRootRoute(ctx, opts, b)
+			if nb != nil {
+				opts.Logger.Info("stack route: " + nb.describe(ctx, opts))
+				return nb, ProviderNative, nil
+			}
+			if rootErr != nil {
+				// imageRootRoute closed b: take the containers' route afresh.
+				if b, route, err = dockerRoute(ctx, opts); err != nil {
+					return nil, ProviderAuto, err
+				}
+				route += "; each server in a container, since its image could not lend its filesystem: " + firstLine(rootErr)
+			}
 			opts.Logger.Info("stack route: " + route)
 			return b, ProviderDocker, nil
 		}

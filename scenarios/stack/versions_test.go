@@ -183,6 +183,10 @@ func TestStackReportsServerVersions(t *testing.T) {
 			require.Equal(t, opts.versionSet.Name, v.Set, "the docker provider runs the version set asked for")
 		}
 	case ProviderNative:
+		if nb, ok := s.backend.(*nativeBackend); ok && nb.root != "" {
+			require.Equal(t, opts.versionSet.Name, v.Set, "native processes on an image's filesystem run the version set asked for")
+			break
+		}
 		bin, err := findPostgresBinDir(opts.PostgresBinDir)
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(postgresVersion(context.Background(), filepath.Join(bin, "postgres")), strings.Fields(v.Postgres)[0]),
