@@ -78,6 +78,7 @@ func imageRootRoute(ctx context.Context, opts Options, b backend) (*nativeBacken
 		return nil, err
 	}
 	nb.release = remove
+	nb.rootStack = d.id
 	nb.rootFrom = fmt.Sprintf("the filesystem of local image %s (%s), chrooted", d.postgresImage, opts.versionSet.Name)
 	return nb, nil
 }

@@ -31,6 +31,9 @@ type nativeBackend struct {
 	dir       string
 	root      string // "" for the host's own filesystem
 	rootFrom  string // what lends root its filesystem, for the route line
+	// rootStack is the docker stack ID on the image root's container
+	// (LabelStack), "" for none.
+	rootStack string
 	binDir    string // initdb and postgres, inside root
 	pgbouncer string // inside root
 	cred      *syscall.Credential
@@ -44,7 +47,7 @@ type nativeBackend struct {
 }
 
 func newNativeBackend(opts Options) (*nativeBackend, error) {
-	return newNativeBackendIn(opts, opts.getenv(EnvNativeRoot))
+	return newNativeBackendIn(opts, "")
 }
 
 // newNativeBackendIn is newNativeBackend with its binaries under root ("":
@@ -72,8 +75,12 @@ func newNativeBackendIn(opts Options, root string) (*nativeBackend, error) {
 // has no Postgres of its own: set pgHost and pgPort before starting one.
 // The external provider uses it to add bouncers in front of a Postgres it
 // does not own, with the root the environment names (EnvNativeRoot) when
-// that stack's own servers run in one.
+// that stack's own servers run in one, unless a pgbouncer binary is named
+// (EnvPgBouncerBin).
 func newNativeBouncers(opts Options) (*nativeBackend, error) {
+	if opts.PgBouncerBin != "" {
+		return newNativeBouncersIn(opts, "")
+	}
 	return newNativeBouncersIn(opts, opts.getenv(EnvNativeRoot))
 }
 

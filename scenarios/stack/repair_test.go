@@ -26,6 +26,10 @@ func TestEnvReachesTheStack(t *testing.T) {
 		require.NotEmpty(t, env[EnvDockerNetwork])
 		require.NotEmpty(t, env[EnvDockerPgBouncerImage])
 	}
+	if nb, ok := s.backend.(*nativeBackend); ok && nb.root != "" {
+		want++ // the root added bouncers run from
+		require.Equal(t, nb.root, env[EnvNativeRoot])
+	}
 	require.Len(t, env, want)
 	ext, err := Start(context.Background(), Options{lookupEnv: lookup(env)})
 	require.NoError(t, err)

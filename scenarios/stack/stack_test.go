@@ -227,11 +227,39 @@ func exported(t *testing.T, s *Stack) map[string]string {
 func localBouncers(env map[string]string) map[string]string {
 	delete(env, EnvDockerNetwork)
 	delete(env, EnvDockerPgBouncerImage)
+	delete(env, EnvNativeRoot)
 	return env
 }
 
 func lookup(env map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+// A stack whose servers run on an image's filesystem names it in Env, and
+// the bouncers an external stack adds from that Env run from it: the
+// stack's own PgBouncer, not the host's (which may be missing, or another
+// version).
+func TestExternalBouncersRunFromTheStacksRoot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	got := captureBackend(t)
+	s, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	defer s.Close(ctx)
+	nb, ok := (*got).(*nativeBackend)
+	if !ok || nb.root == "" {
+		t.Skipf("the auto route ran %T, not processes on an image's filesystem (it needs root, a local engine and doublerun's images)", *got)
+	}
+	env := exported(t, s)
+	require.Equal(t, nb.root, env[EnvNativeRoot])
+	ext, err := Start(ctx, Options{lookupEnv: lookup(env)})
+	require.NoError(t, err)
+	defer ext.Close(ctx)
+	ep, err := ext.AddPgBouncer(ctx, "added", pgbouncer.Config{})
+	require.NoError(t, err)
+	require.Equal(t, s.Transaction().Version, ep.Version, "the added bouncer is the stack's PgBouncer")
+	eb := ext.backend.(*externalBackend).bouncer.(*nativeBackend)
+	require.Equal(t, nb.root, eb.root)
 }
 
 func TestExternalProviderAddsBouncersOnlyWithAPgBouncerBinary(t *testing.T) {
@@ -400,6 +428,9 @@ func requireNothingLeft(t *testing.T, b backend, nodes []node) {
 	case *nativeBackend:
 		_, err := os.Stat(b.dir)
 		require.True(t, errors.Is(err, os.ErrNotExist), "temp dir %s removed", b.dir)
+		if b.rootStack != "" {
+			requireNoDockerStack(t, b.rootStack) // the image root's container
+		}
 		for _, n := range nodes {
 			p := n.(*process)
 			err := syscall.Kill(p.cmd.Process.Pid, 0)
