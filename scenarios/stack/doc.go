@@ -35,14 +35,24 @@
 //     Ryuk image either, testcontainers' Ryuk is switched off for the
 //     process; doublerun removes its own containers, and sweeps what a
 //     killed process left.
+//     On such images (doublerun's own, whose one filesystem holds both
+//     servers), as root, on an engine of this machine whose containers
+//     share the host's network, the servers run as route 3's child
+//     processes instead of a container each: one container of the
+//     Postgres image runs only sleep, with the stack dir's parent bound at
+//     the same path, and the processes run the image's binaries chrooted
+//     into /proc/PID/root as the image's postgres user, so the version
+//     set asked for runs at the cost of processes (0.04 core-seconds to
+//     add and remove a PgBouncer, 0.40 as a container). The stack's Env
+//     names that root (EnvNativeRoot) for the bouncers external stacks add.
 //  3. Native binaries, when no engine answers (or it has no images and none
 //     can be built). Missing ones are installed with apt-get when running
 //     as root where apt-get exists (the suite's `postgresql` and
 //     `pgbouncer`; serialised the same way), said in one line; otherwise
 //     the error names the command to run.
 //
-// The docker provider takes routes 1 and 2 only, and the native provider
-// route 3 only. Image variables (DOUBLERUN_POSTGRES_IMAGE,
+// The docker provider takes routes 1 and 2 only, always with a container
+// per server, and the native provider route 3 only. Image variables (DOUBLERUN_POSTGRES_IMAGE,
 // DOUBLERUN_PGBOUNCER_IMAGE) are used exactly as given, never swapped for
 // others; binary variables (DOUBLERUN_POSTGRES_BINDIR, DOUBLERUN_PGBOUNCER_BIN)
 // likewise, and nothing is installed in their place.
