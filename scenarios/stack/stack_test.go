@@ -242,13 +242,12 @@ func lookup(env map[string]string) func(string) (string, bool) {
 func TestExternalBouncersRunFromTheStacksRoot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	got := captureBackend(t)
 	s, err := Start(ctx, Options{})
 	require.NoError(t, err)
 	defer s.Close(ctx)
-	nb, ok := (*got).(*nativeBackend)
+	nb, ok := s.backend.(*nativeBackend)
 	if !ok || nb.root == "" {
-		t.Skipf("the auto route ran %T, not processes on an image's filesystem (it needs root, a local engine and doublerun's images)", *got)
+		t.Skipf("the auto route ran %T, not processes on an image's filesystem (it needs root, a local engine and doublerun's images)", s.backend)
 	}
 	env := exported(t, s)
 	require.Equal(t, nb.root, env[EnvNativeRoot])
