@@ -261,6 +261,26 @@ func TestExternalBouncersRunFromTheStacksRoot(t *testing.T) {
 	require.Equal(t, nb.root, eb.root)
 }
 
+// On an image's filesystem a stack's Postgres is a copy of the cluster the
+// image was built with (unpackTemplate), not a new initdb: two stacks'
+// servers share its system identifier, and the copy's superuser has the
+// stack's password (TestPostgresRefusesAWrongPassword: and no other).
+func TestImageRootCopiesTheImagesCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var ids []string
+	for range 2 {
+		s, err := Start(ctx, Options{})
+		require.NoError(t, err)
+		defer s.Close(ctx)
+		if nb, ok := s.backend.(*nativeBackend); !ok || nb.root == "" {
+			t.Skipf("the auto route ran %T, not processes on an image's filesystem (it needs root, a local engine and doublerun's images)", s.backend)
+		}
+		ids = append(ids, haValue[string](t, s.Postgres().DSN, "SELECT system_identifier::text FROM pg_control_system()"))
+	}
+	require.Equal(t, ids[0], ids[1], "both are copies of the image's cluster")
+}
+
 func TestExternalProviderAddsBouncersOnlyWithAPgBouncerBinary(t *testing.T) {
 	t.Parallel()
 	s := sharedStack(t)
