@@ -52,17 +52,19 @@
 //     the error names the command to run.
 //
 // The docker provider takes routes 1 and 2 only, always with a container
-// per server, and the native provider route 3 only. Image variables (DOUBLERUN_POSTGRES_IMAGE,
-// DOUBLERUN_PGBOUNCER_IMAGE) are used exactly as given, never swapped for
-// others; binary variables (DOUBLERUN_POSTGRES_BINDIR, DOUBLERUN_PGBOUNCER_BIN)
-// likewise, and nothing is installed in their place.
+// per server, and the native provider route 3 only. Image variables
+// (DOUBLERUN_POSTGRES_IMAGE, DOUBLERUN_PGBOUNCER_IMAGE) are used exactly
+// as given, never swapped for others; binary variables
+// (DOUBLERUN_POSTGRES_BINDIR, DOUBLERUN_PGBOUNCER_BIN) likewise, and
+// nothing is installed in their place.
 //
 // # Version sets
 //
 // A [VersionSet] is a pair of server versions with its images, such as
 // pg15-pgbouncer1.18 (Debian bookworm's) and pg17-pgbouncer1.24 (Debian
 // trixie's), chosen by Options.Versions or DOUBLERUN_VERSIONS; the default
-// is the newest. It picks the docker provider's images. The native provider
+// is the newest. It picks the docker provider's images, and the image
+// whose filesystem auto's native processes run on. The native provider
 // runs whatever binaries the host has, and the route line says so when they
 // differ from a set asked for. Whatever runs, [Stack.Versions] and
 // [Endpoint.PostgresVersion] / [Endpoint.Version] name the exact versions,
@@ -77,7 +79,9 @@
 // containers and networks carry owner labels (LabelOwnerPID and the
 // others): the owner's PID, the start time of that PID, the kernel boot ID
 // and the host name. Whatever belongs to an owner that has certainly ended
-// on this host is removed; anything else is left alone.
+// on this host is removed; anything else is left alone. An image root's
+// container carries its stack's labels: the next start through the docker
+// route removes it, and every start removes the stack's dir.
 //
 // A native stack's servers die with their owner, but a killed Postgres
 // leaves shared memory that outlives every process: a System V segment,
