@@ -72,6 +72,10 @@ func imageRootRoute(ctx context.Context, opts Options, b backend) (*nativeBacken
 		_ = remove(ctx)
 		return nil, fmt.Errorf("the image root's process: %v (pid %d)", err, pidOf(st))
 	}
+	if !awaitImageRootProcess(ctx, "/proc", st.Pid) {
+		_ = remove(ctx)
+		return nil, fmt.Errorf("the engine's PID %d for the image root's container is not its sleep on this machine (is the engine in another PID namespace?)", st.Pid)
+	}
 	nb, err := newNativeBackendIn(opts, "/proc/"+strconv.Itoa(st.Pid)+"/root")
 	if err != nil {
 		_ = remove(ctx)

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // EnvNativeRoot names a directory holding a whole Debian filesystem with
@@ -94,3 +96,41 @@ func (b *nativeBackend) sharedEnv() []string {
 	}
 	return []string{EnvNativeRoot + "=" + b.root}
 }
+
+// isImageRootProcess reports whether pid, under the proc filesystem at
+// proc, is an image root's first process (sleep infinity). The engine
+// names its containers' PIDs in its own PID namespace: where that is not
+// this process's (the harness in a container of its own, driving the
+// host's engine), the PID names another process or none, and chrooting
+// into another process's filesystem would run binaries that are not the
+// image's under a route line that says they are.
+func isImageRootProcess(proc string, pid int) bool {
+	cmdline, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cmdline"))
+	return err == nil && string(cmdline) == "sleep\x00infinity\x00"
+}
+
+// awaitImageRootProcess waits for isImageRootProcess. The engine reports a
+// container running while its first process may still be the runtime's
+// init, before it executes sleep (seen on every stack of one test run), so
+// an answer is final only once that process is sleep, or after
+// imageRootExecWait.
+func awaitImageRootProcess(ctx context.Context, proc string, pid int) bool {
+	deadline := time.Now().Add(imageRootExecWait)
+	for {
+		if isImageRootProcess(proc, pid) {
+			return true
+		}
+		if _, err := os.Stat(filepath.Join(proc, strconv.Itoa(pid))); err != nil {
+			return false // no such process here: it will not become one
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// imageRootExecWait bounds the wait for the runtime's init to execute
+// sleep: milliseconds where it was seen, and a process that is not the
+// container's never becomes sleep, so a generous bound costs nothing.
+const imageRootExecWait = 10 * time.Second
