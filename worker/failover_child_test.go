@@ -32,14 +32,14 @@ const (
 
 	failoverLease = "failover"
 	failoverKind  = "record"
-	// The jobs come in two lots: the freeze strikes in the first, once
-	// freezeAfter jobs have run, and the second is enqueued before the
+	// The jobs come in lots: the freeze strikes in the first, once
+	// freezeAfter jobs have run, and another is enqueued before the
 	// kill, so that however fast the first lot ran, the killed leader is
 	// mid-batch and the survivors have real work left after the failover,
-	// not only the dead leader's claims.
-	lotJobs      = 1000
-	failoverJobs = 2 * lotJobs
-	freezeAfter  = lotJobs / 5
+	// not only the dead leader's claims. A try to freeze or kill the
+	// leader that finds the queue empty enqueues one more.
+	lotJobs     = 1000
+	freezeAfter = lotJobs / 5
 )
 
 // The child's settings: a failover takes a few seconds, and a loaded
