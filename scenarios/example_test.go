@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 	if pidFile := os.Getenv(envTestRunner); pidFile != "" {
 		runLikeARunner(pidFile)
 	}
+	if id := os.Getenv(envTestDiesOnceWorkBegins); id != "" && id == os.Getenv(replica.EnvReplicaID) {
+		os.Exit(dieOnceWorkBegins(os.Getenv(replica.EnvOracleDSN)))
+	}
 	// The built-in lease through the command path, as `doublerun replica`
 	// runs it: this test binary started as a scenario's replica command.
 	if name := os.Getenv(envTestCommandStrategy); name != "" {

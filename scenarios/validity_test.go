@@ -1,11 +1,16 @@
 package scenarios_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	. "github.com/doublerun/doublerun/scenarios"
@@ -14,6 +19,39 @@ import (
 	"github.com/doublerun/doublerun/scenarios/replica"
 	"github.com/doublerun/doublerun/scenarios/strategy"
 )
+
+// envTestDiesOnceWorkBegins makes the replica of this test binary whose
+// id it names wait for the run's first piece of work and die at once.
+const envTestDiesOnceWorkBegins = "SCENARIOS_TEST_DIES_ONCE_WORK_BEGINS"
+
+// dieOnceWorkBegins is such a replica: it polls the oracle's work table
+// over oracleDSN until a piece of work is logged (retrying while the
+// table does not exist yet), then says what a lease that raced its own
+// CREATE TABLE says, and exits 1. Any other error ends it with 2 and the
+// error as its last line, which the test's assertions then show.
+func dieOnceWorkBegins(oracleDSN string) int {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, oracleDSN)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect to the oracle:", err)
+		return 2
+	}
+	defer conn.Close(ctx)
+	for {
+		var work bool
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM doublerun_oracle_work)`).Scan(&work)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil && work:
+			fmt.Fprintln(os.Stderr, `UniqueViolation: duplicate key value violates unique constraint "pg_type_typname_nsp_index"`)
+			return 1
+		case err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P01"): // undefined_table
+			fmt.Fprintln(os.Stderr, "wait for work:", err)
+			return 2
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // Each run below is invalid on purpose, as a user's mistake makes one: it
 // could not have shown a double-run, so its verdict is INCONCLUSIVE and
@@ -44,23 +82,16 @@ func TestOneReplicaIsInconclusive(t *testing.T) {
 // status and its last line.
 func TestAReplicaThatExitsIsAnEvent(t *testing.T) {
 	t.Parallel()
-	// r1 waits until r2 works, so that the run has begun, then dies. It
-	// waits on the server, in one statement that returns once the oracle
-	// holds a piece of work (retried only until the table exists), not
-	// with a psql started every 50ms: in one make test run that loop saw
-	// no work in the 2s run, r1 outlived it and the run was judged on the
-	// path its script never dials. The cause was not found (10 runs
-	// beside six CPU hogs passed with either loop); the wait on the
-	// server leaves one process and one connection to go wrong.
-	script := `if [ "$DOUBLERUN_REPLICA_ID" = r1 ]; then
-until psql -Atqc 'DO $$ BEGIN WHILE NOT EXISTS (SELECT FROM doublerun_oracle_work) LOOP PERFORM pg_sleep(0.02); END LOOP; END $$' "$DOUBLERUN_ORACLE_DSN" 2>/dev/null; do sleep 0.05; done
-echo 'UniqueViolation: duplicate key value violates unique constraint "pg_type_typname_nsp_index"' >&2
-exit 1
-fi
-exec "$0" -test.run='^$'`
+	// r1 waits until r2 works, so that the run has begun, then dies. It is
+	// this test binary (dieOnceWorkBegins), not a shell loop around psql:
+	// the host's psql is no part of what make test needs, and where it
+	// was missing (make test from nothing, while another package's test
+	// was installing it) the loop failed at every try unseen, r1 outlived
+	// the 2 s run and the run was judged on the path r1 never dials.
 	sc := Scenario{Name: "exits-at-start", Strategy: strategy.Advisory, Topology: Topology{Kind: Session}, Expect: ExpectSafe,
 		Duration: 2 * time.Second,
-		Replica:  &replica.Command{Command: []string{"sh", "-c", script, os.Args[0]}, Env: map[string]string{envTestCommandStrategy: strategy.Advisory}}}
+		Replica: &replica.Command{Command: []string{os.Args[0], "-test.run=^$"},
+			Env: map[string]string{envTestCommandStrategy: strategy.Advisory, envTestDiesOnceWorkBegins: "r1"}}}
 	rep, err := runCommand(t, sc, RunOptions{})
 	require.NoError(t, err)
 	requireInconclusive(t, rep, oracle.ConditionContention, "only 1 replica left contending", "r1 replica-stopped", "exit status 1", "pg_type_typname_nsp_index")
