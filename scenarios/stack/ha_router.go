@@ -2,11 +2,8 @@ package stack
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -23,46 +20,27 @@ type router struct {
 	proxy *toxiproxy.Proxy
 }
 
-// newRouter starts a router that listens on host, on a free port below
-// the kernel's ephemeral range, and forwards to upstream ("host:port").
+// newRouter starts a router that listens on host, on a port freePort
+// draws, and forwards to upstream ("host:port").
 //
 // Not a port the kernel picks: those come from the ephemeral range, and a
 // repoint stops the listener and listens again on the same port. In
 // between, the kernel may give that port to any outgoing connection as
 // its source port, and the bind fails ("address already in use", seen
-// once in make test, where about 2600 sessions are opened). The kernel
-// never hands out a port below the range.
+// once in make test, where about 2600 sessions are opened). freePort's
+// ports lie outside that range and are booked machine-wide, so no server
+// the stacks start is told the router's port while a repoint frees it.
 func newRouter(host, upstream string) (*router, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("start the router on %s: %w", host, err)
+	}
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	low := ephemeralLow()
-	var err error
-	for range 50 {
-		port := routerPortMin + rand.IntN(max(low-routerPortMin, 1))
-		p := toxiproxy.NewProxy(server, "doublerun-router", net.JoinHostPort(host, strconv.Itoa(port)), upstream)
-		if err = p.Start(); err == nil {
-			return &router{proxy: p}, nil
-		}
+	p := toxiproxy.NewProxy(server, "doublerun-router", net.JoinHostPort(host, strconv.Itoa(port)), upstream)
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("start the router on %s: %w", host, err)
 	}
-	return nil, fmt.Errorf("start the router on %s below port %d: %w", host, low, err)
-}
-
-// routerPortMin is the lowest port a router takes: above the ports
-// services usually own.
-const routerPortMin = 10000
-
-// ephemeralLow is the first port of the kernel's ephemeral range, from
-// /proc/sys/net/ipv4/ip_local_port_range, or Linux's default where it
-// cannot be read.
-func ephemeralLow() int {
-	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(data)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > routerPortMin {
-				return n
-			}
-		}
-	}
-	return 32768
+	return &router{proxy: p}, nil
 }
 
 // addr is the host and port the router listens on.

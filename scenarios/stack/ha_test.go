@@ -379,8 +379,9 @@ func TestRouterRepointClosesConnectionsAndLeadsNewOnesOn(t *testing.T) {
 	host, port := r.addr()
 	// Below the ephemeral range, no outgoing connection can take the
 	// port while a repoint listens again.
-	require.Less(t, port, ephemeralLow(), "the router's port is below the kernel's ephemeral range")
-	require.GreaterOrEqual(t, port, routerPortMin)
+	low, _ := ephemeralRange()
+	require.Less(t, port, low, "the router's port is below the kernel's ephemeral range")
+	require.GreaterOrEqual(t, port, minPort)
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	ask := func(c net.Conn, q string) (string, error) {
 		if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
