@@ -18,7 +18,7 @@ import (
 )
 
 const mutationUsage = `Usage:
-  doublerun mutation ci     [--shard K] [--budget D] [--write-record] [--guards=false] [--all-guards]
+  doublerun mutation ci     [--shard K] [--budget D] [--write-record [--shards N]] [--guards=false] [--all-guards]
                             [--packages LIST]
                             [--record FILE] [--equivalents FILE]
                             [--manifest GLOB] [--out DIR]
@@ -283,7 +283,7 @@ func mutationGate(ctx context.Context, e *env, args []string) error {
 	minCov := fs.Float64("min-coverage", 0, "lowest passing mutant coverage per package, in percent")
 	write := fs.Bool("write-baseline", false, "after a passing gate, raise the baseline file to this run's figures")
 	writeRecord := fs.String("write-record", "", "after a passing gate on a clean working tree, write the record of this commit to this file (testdata/mutation/record.json), with --shards shards")
-	shards := fs.Int("shards", 8, "shards of the record --write-record writes")
+	shards := fs.Int("shards", recordShards, "shards of the record --write-record writes")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

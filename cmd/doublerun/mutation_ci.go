@@ -27,6 +27,14 @@ var (
 	wholePackages []string
 )
 
+// recordShards is how many shards a record written from scratch splits
+// the gated packages' lines into: each submission's gate runs one. At 8
+// a shard's gremlins took 8.5 to 13 min on the slower kind of
+// two-core machine, and .ci/run took 1517 s at 2eb404b, past its 25
+// minutes; at 16 the gate runs half as many mutants and guards, and 16
+// submissions in a row cover them all.
+const recordShards = 16
+
 // gateEnv is what every mutant's and guard's go test gets beside the
 // shared stack's variables: no cached results (a cached coverage run makes
 // every gremlins mutant time out, gremlins#267), no vet (it judges the
@@ -55,8 +63,15 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	guards := fs.Bool("guards", true, "run the named guards too: those of the shard and those whose file, package or manifest changed since the base")
 	allGuards := fs.Bool("all-guards", false, "run every named guard, not only the shard's and the changed ones")
 	write := fs.Bool("write-record", false, "after a passing run on a clean working tree, write the record: this commit as the base, the mutants this run measured, the others carried over")
+	shards := fs.Int("shards", 0, "with --write-record: the shard count of the record it writes (a run of the old count's shard writes it); default: the record's own")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if fs.isSet("shards") && !*write {
+		return usageError{"--shards is the shard count of the record --write-record writes; give --write-record too"}
+	}
+	if fs.isSet("shards") && (*shards < 1 || *shards > 64) {
+		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", *shards)}
 	}
 	root, err := repoRoot(fs, "mutation ci", fileFlag{"record", recordFile}, fileFlag{"equivalents", eqFile}, fileFlag{"manifest", manifest})
 	if err != nil {
@@ -173,7 +188,7 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("gate failed: %s%s", failures[0], more)
 	}
 	if *write {
-		return writeCIRecord(ctx, e, root, *recordFile, rec, run)
+		return writeCIRecord(ctx, e, root, *recordFile, rec, run, *shards)
 	}
 	return nil
 }
@@ -226,15 +241,21 @@ func gremlinsCoefficient(root string) int {
 // writeCIRecord writes the record of a passing per-submission run
 // (Record.After). Only a clean working tree is recorded: the base must be
 // the code that passed.
-func writeCIRecord(ctx context.Context, e *env, root, file string, rec mutation.Record, run mutation.CIRun) error {
+func writeCIRecord(ctx context.Context, e *env, root, file string, rec mutation.Record, run mutation.CIRun, shards int) error {
 	head, err := cleanHead(ctx, root)
 	if err != nil {
 		return err
 	}
-	if err := rec.After(root, run, head, mutation.KindCI).Write(file); err != nil {
+	next := rec.After(root, run, head, mutation.KindCI)
+	if shards > 0 {
+		// The record keeps every mutant by identity, not by shard, so
+		// a new count is only a new split of the same lines (ShardOf).
+		next.Shards = shards
+	}
+	if err := next.Write(file); err != nil {
 		return fmt.Errorf("write the record: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "record %s: base %s; commit it to move the next gate's base here\n", file, head[:12])
+	fmt.Fprintf(e.stdout, "record %s: base %s, %d shards; commit it to move the next gate's base here\n", file, head[:12], next.Shards)
 	return nil
 }
 

@@ -26,7 +26,7 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("mutation full", mutationUsage, e)
 	packages := fs.String("packages", strings.Join(gatedPackages, ","), "the packages to mutate, comma-separated directories")
 	shardFlag := fs.String("shard", "", "run only shard K of N of the packages' lines (K from 1), as K/N")
-	shards := fs.Int("shards", 8, "how many shards the record splits each package's lines into")
+	shards := fs.Int("shards", recordShards, "how many shards the record splits each package's lines into")
 	out := fs.String("out", "out/mutation", "directory for gremlins' reports")
 	eqFile := fs.String("equivalents", "testdata/mutation/equivalents.json", "listed equivalent mutants, relative to the repository root unless given")
 	recordFile := fs.String("record", "testdata/mutation/record.json", "where --write-record writes, relative to the repository root unless given")

@@ -26,7 +26,7 @@ func mutationRecord(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("mutation record", mutationUsage, e)
 	recordFile := fs.String("record", "testdata/mutation/record.json", "the record to write, relative to the repository root unless given; its cost of a mutant is kept")
 	at := fs.String("at", "", "the commit to record; default: the base the record names")
-	shards := fs.Int("shards", 8, "how many shards the record splits each package's lines into")
+	shards := fs.Int("shards", recordShards, "how many shards the record splits each package's lines into")
 	out := fs.String("out", "out/mutation-record", "directory for gremlins' dry-run reports")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -115,6 +115,8 @@ func TestMutationGuardsFixture(t *testing.T) {
 			{[]string{"guards", "--manifest", filepath.Join(fixtureGuards, "*.json"), "--guard", "^nope$"}, 1, `no guard id in`},
 			{[]string{"guards", "--guard", "("}, 2, `--guard "("`},
 			{[]string{"record", "--shards", "0"}, 2, "--shards must be from 1 to 64, not 0"},
+			{[]string{"ci", "--shards", "16"}, 2, "--shards is the shard count of the record --write-record writes; give --write-record too"},
+			{[]string{"ci", "--write-record", "--shards", "65"}, 2, "--shards must be from 1 to 64, not 65"},
 			{[]string{"record", "--at", "no-such-commit"}, 1, "--at: git rev-parse --verify no-such-commit^{commit}"},
 			{[]string{"record", "--record", filepath.Join(t.TempDir(), "none.json")}, 2, "--at: no commit given and "},
 		} {
