@@ -177,7 +177,12 @@ func TestFencedEpochAcrossALossyFailover(t *testing.T) {
 		require.Equal(t, Leader, mustTry(t, ctx, l).Status)
 		require.NoError(t, l.Release(ctx))
 	}
-	held := func(c *FencedConfig) { c.Name = "held" }
+	// d keeps its term only if the term outlives the span from its grant
+	// to its first renewal on the new primary. With the default 15 s TTL
+	// that span ran out once: make test beside the mutation gate (load
+	// average 10) took 16.2 s from d's grant to that renewal, and d was
+	// granted token 2 instead of renewing 1. A minute is 3.7 times that.
+	held := func(c *FencedConfig) { c.Name, c.TTL = "held", time.Minute }
 	d, de := newFencedOn(t, db.Postgres, plainTable, "d", false, held), newFencedOn(t, db.Postgres, epochTable, "d", true, held)
 	kept, keptEpoch := mustTry(t, ctx, d), mustTry(t, ctx, de)
 	require.Equal(t, Leader, kept.Status)
