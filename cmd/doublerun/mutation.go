@@ -296,8 +296,8 @@ func mutationGate(ctx context.Context, e *env, args []string) error {
 	if *writeRecord != "" && *eqFile == "" {
 		return usageError{"--write-record needs --equivalents: a record is written only by a strict gate"}
 	}
-	if *shards < 1 || *shards > 64 {
-		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", *shards)}
+	if err := checkShards(*shards); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name  string

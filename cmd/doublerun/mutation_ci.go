@@ -35,6 +35,15 @@ var (
 // submissions in a row cover them all.
 const recordShards = 16
 
+// checkShards refuses a record shard count outside 1 to 64, for every
+// subcommand's --shards.
+func checkShards(n int) error {
+	if n < 1 || n > 64 {
+		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", n)}
+	}
+	return nil
+}
+
 // gateEnv is what every mutant's and guard's go test gets beside the
 // shared stack's variables: no cached results (a cached coverage run makes
 // every gremlins mutant time out, gremlins#267), no vet (it judges the
@@ -70,8 +79,10 @@ func mutationCI(ctx context.Context, e *env, args []string) error {
 	if fs.isSet("shards") && !*write {
 		return usageError{"--shards is the shard count of the record --write-record writes; give --write-record too"}
 	}
-	if fs.isSet("shards") && (*shards < 1 || *shards > 64) {
-		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", *shards)}
+	if fs.isSet("shards") {
+		if err := checkShards(*shards); err != nil {
+			return err
+		}
 	}
 	root, err := repoRoot(fs, "mutation ci", fileFlag{"record", recordFile}, fileFlag{"equivalents", eqFile}, fileFlag{"manifest", manifest})
 	if err != nil {

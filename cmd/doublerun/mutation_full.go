@@ -34,8 +34,8 @@ func mutationFull(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *shards < 1 || *shards > 64 {
-		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", *shards)}
+	if err := checkShards(*shards); err != nil {
+		return err
 	}
 	k, n := -1, 0
 	if *shardFlag != "" {

@@ -31,8 +31,8 @@ func mutationRecord(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *shards < 1 || *shards > 64 {
-		return usageError{fmt.Sprintf("--shards must be from 1 to 64, not %d", *shards)}
+	if err := checkShards(*shards); err != nil {
+		return err
 	}
 	root, err := repoRoot(fs, "mutation record", fileFlag{"record", recordFile})
 	if err != nil {
