@@ -41,9 +41,10 @@ TEST_REPORTS ?= $(CURDIR)/reports/test
 ## tests of the providers and tests that restart servers start their own.
 ## While the stack starts, the tests and the library replica programs
 ## (make replicas) are compiled, so no compile lands on a running scenario.
-## The built-in strategies' replicas the tests start are one doublerun
-## binary built without the race detector (DOUBLERUN_CHILD_BINARY); the
-## test binaries themselves keep it.
+## The built-in strategies' replicas the tests start, and the CLI that
+## cmd/doublerun's tests run, are one doublerun binary built without the
+## race detector (DOUBLERUN_CHILD_BINARY); the test binaries themselves
+## keep it.
 ## Then every report the tests wrote is checked: each figure recomputed
 ## from its history (all of the packages must write some; a narrower PKGS
 ## checks those it wrote).

@@ -81,12 +81,13 @@ func TestFailoverInterruptedCleansUp(t *testing.T) {
 	sc := bufio.NewScanner(stdout)
 	require.True(t, sc.Scan(), "stderr: %s", stderr.String())
 	require.Equal(t, "failover: 1 cell(s) × 20 trials on direct; poll 100ms, fenced TTL 2s", sc.Text())
-	// A trial's leader is this binary started again: wait until one runs.
+	// A trial's leader is the CLI's binary started again: wait until one
+	// runs.
 	var children []proc
 	require.Eventually(t, func() bool {
 		children = descendants(t, cmd.Process.Pid)
 		for _, p := range children {
-			if strings.Contains(p.cmdline, filepath.Base(os.Args[0])) {
+			if strings.Contains(p.cmdline, filepath.Base(cmd.Path)) {
 				return true
 			}
 		}
