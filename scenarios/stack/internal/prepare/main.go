@@ -25,10 +25,11 @@
 // scenarios running beside them until their leases' grants timed out.
 //
 // `make test` also passes `-child-binary ./cmd/doublerun`: the replicas
-// of the built-in strategies that the tests start are then that binary,
-// built once without the race detector, rather than the race-instrumented
-// test binary started again (reexec.Executable). A build that fails is
-// said in one line and the tests run as before.
+// of the built-in strategies that the tests start, and the CLI that
+// cmd/doublerun's tests run, are then that binary, built once without the
+// race detector, rather than the race-instrumented test binary started
+// again (reexec.Executable). A build that fails is said in one line and
+// the tests run as before.
 //
 // `make test` runs `prepare -- go test ./...`: the test binaries, which run
 // in parallel and show their output only when they fail, share that one
@@ -155,9 +156,9 @@ func runShared(log *slog.Logger, warm [][]string, argv, childEnv []string) int {
 	for _, kv := range childEnv {
 		if bin, _ := strings.CutPrefix(kv, reexec.EnvBinary+"="); fileExists(bin) {
 			cmd.Env = append(cmd.Env, kv)
-			log.Info("the built-in strategies' replicas run a doublerun binary built without the race detector", "binary", bin)
+			log.Info("the built-in strategies' replicas and the CLI's tests run a doublerun binary built without the race detector", "binary", bin)
 		} else {
-			log.Info("the replica binary did not build; replicas run the test binaries themselves", "binary", bin)
+			log.Info("the doublerun binary did not build; replicas and the CLI's tests run the test binaries themselves", "binary", bin)
 		}
 	}
 	// If prepare is killed outright, the command goes too; the stack is
