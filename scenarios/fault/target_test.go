@@ -186,7 +186,13 @@ func tryLock(t *testing.T, conn *pgx.Conn) bool {
 // backendAlive reports whether pid is a backend in pg_stat_activity.
 func backendAlive(t *testing.T, s *stack.Stack, pid int32) bool {
 	t.Helper()
-	conn := mustConnect(t, s.Postgres().DSN)
+	return backendAliveOn(t, mustConnect(t, s.Postgres().DSN), pid)
+}
+
+// backendAliveOn is backendAlive asked on conn, a direct connection the
+// caller keeps open: no login, for checks inside a fault's window.
+func backendAliveOn(t *testing.T, conn *pgx.Conn, pid int32) bool {
+	t.Helper()
 	var n int
 	require.NoError(t, conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n))
 	return n > 0
