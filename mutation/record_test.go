@@ -54,8 +54,8 @@ func TestReadRecord(t *testing.T) {
 
 // After a passing run the record holds what the run measured for the
 // mutants it ran, carries every other mutant over by identity to where its
-// line is now, drops one whose line changed, and takes the run's cost of
-// a mutant.
+// line is now, drops one whose line changed, and keeps its cost of a
+// mutant against a run of too few mutants (TestRecordAfterTakesTheCost).
 func TestRecordAfter(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -85,7 +85,7 @@ func TestRecordAfter(t *testing.T) {
 	require.Equal(t, "new", got.Base)
 	require.Equal(t, 8, got.Shards)
 	require.Equal(t, 4.0, got.Packages["worker"].SecondsPerMutant, "a package the run did not gate is kept")
-	require.Equal(t, 5.0, got.Packages["lease"].SecondsPerMutant, "10 s over two mutants")
+	require.Equal(t, 9.0, got.Packages["lease"].SecondsPerMutant, "10 s over two mutants is mostly gremlins' coverage run")
 	require.Equal(t, []RecordedMutant{
 		{File: "lease/a.go", Line: 2, Column: 6, Mutator: b, Code: "if a < b {", Status: StatusRunnable, Run: KindDryRun},
 		{File: "lease/a.go", Line: 3, Column: 1, Mutator: b, Code: "if c <= d {", Status: StatusKilled, Run: KindCI},
@@ -94,6 +94,25 @@ func TestRecordAfter(t *testing.T) {
 	}, got.Packages["lease"].Mutants)
 	require.Len(t, rec.Packages["lease"].Mutants, 4, "the old record is left as it was")
 	require.Equal(t, 1, rec.Packages["lease"].Mutants[0].Line)
+}
+
+// A run's wall time over its mutants replaces the recorded cost of a
+// mutant when it tested minCostSample of them, or when none is recorded.
+func TestRecordAfterTakesTheCost(t *testing.T) {
+	t.Parallel()
+	after := func(recorded float64, killed int) float64 {
+		rec := Record{Packages: map[string]PackageRecord{"lease": {SecondsPerMutant: recorded}}}
+		r := report()
+		r.ElapsedTime = 100
+		changed := min(killed, 1)
+		run := CIRun{Packages: []CIPackage{{Name: "lease", Report: r}}, Results: []CIResult{{Name: "lease",
+			Part: PackageResult{Score: Score{Killed: killed - changed}}, Changed: PackageResult{Score: Score{Killed: changed}}}}}
+		return rec.After(t.TempDir(), run, "new", KindCI).Packages["lease"].SecondsPerMutant
+	}
+	require.Equal(t, 5.0, after(9, minCostSample), "100 s over 20 mutants, the changed lines' counted")
+	require.Equal(t, 9.0, after(9, minCostSample-1), "one mutant short: the recorded cost stays")
+	require.Equal(t, 50.0, after(0, 2), "none recorded: the run's, however few")
+	require.Equal(t, 0.0, after(0, 0), "no mutant tested: nothing to divide")
 }
 
 func TestIdentify(t *testing.T) {
