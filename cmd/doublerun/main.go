@@ -84,10 +84,14 @@ func main() {
 	// trial's leader are this binary started again (package reexec); as
 	// one, Main does not return.
 	reexec.Main()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	// The signals stay caught until the process exits: a stop() before
+	// os.Exit gave them back their default action, and a second Ctrl-C
+	// in between killed the run by signal instead of its exit 130
+	// (TestRunInterruptedDuringTheGracePeriod, whose second SIGINT came
+	// 100 ms after the first, as a run on the shared stack had already
+	// finished).
+	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
