@@ -116,11 +116,11 @@
 //
 // Three things make it what it is:
 //
-//   - The router is the stack's one address: an in-process toxiproxy
-//     proxy that [Stack.Postgres] and every bouncer reach Postgres
+//   - The router is the stack's one address: an in-process TCP
+//     forwarder that [Stack.Postgres] and every bouncer reach Postgres
 //     through, and that [Stack.Repoint] turns to the promoted node,
 //     closing every connection it carried, as a floating address or a DNS
-//     name follows a promotion. On the native provider it listens on
+//     name follows a promotion. It holds its port throughout. On the native provider it listens on
 //     loopback; on the docker provider on the gateway of the stack's
 //     network, the address of this host its containers reach.
 //   - [ReplicationSync] sets synchronous_standby_names on the primary, so

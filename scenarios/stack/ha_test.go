@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -377,8 +379,8 @@ func TestRouterRepointClosesConnectionsAndLeadsNewOnesOn(t *testing.T) {
 	require.NoError(t, err)
 	defer r.close()
 	host, port := r.addr()
-	// Below the ephemeral range, no outgoing connection can take the
-	// port while a repoint listens again.
+	// Below the ephemeral range, no outgoing connection is given the
+	// port between its draw and the router's listen.
 	low, _ := ephemeralRange()
 	require.Less(t, port, low, "the router's port is below the kernel's ephemeral range")
 	require.GreaterOrEqual(t, port, minPort)
@@ -411,6 +413,78 @@ func TestRouterRepointClosesConnectionsAndLeadsNewOnesOn(t *testing.T) {
 	got, err = ask(c, "3")
 	require.NoError(t, err)
 	require.Equal(t, "b:3\n", got)
+}
+
+// The router keeps its port through repoints: nobody else can listen on
+// it at any moment of one. A toxiproxy proxy's Update let it go and
+// listened again, and once another socket had it by then (see router).
+func TestRouterHoldsItsPortThroughRepoints(t *testing.T) {
+	t.Parallel()
+	r, err := newRouter("127.0.0.1", "127.0.0.1:1")
+	require.NoError(t, err)
+	defer r.close()
+	host, port := r.addr()
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	stop := make(chan struct{})
+	took := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				took <- nil
+				return
+			default:
+			}
+			if l, err := net.Listen("tcp", addr); err == nil {
+				l.Close()
+				took <- fmt.Errorf("listened on the router's %s", addr)
+				return
+			}
+		}
+	}()
+	for i := range 200 {
+		require.NoError(t, r.repoint("127.0.0.1:"+strconv.Itoa(2+i%2)), "repoint %d", i)
+	}
+	close(stop)
+	require.NoError(t, <-took)
+}
+
+// A connection the router accepted before a repoint and whose upstream it
+// dialed from before is closed, not left with the old upstream: a client
+// that connected as the address moved must not stay on the old primary.
+func TestRouterDropsAConnectionDialedAcrossARepoint(t *testing.T) {
+	t.Parallel()
+	old, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer old.Close()
+	served := make(chan net.Conn, 1)
+	go func() {
+		if c, err := old.Accept(); err == nil {
+			served <- c
+		}
+	}()
+	dialing, dialed := make(chan string, 1), make(chan struct{})
+	var d net.Dialer
+	r, err := startRouter("127.0.0.1", old.Addr().String(), func(ctx context.Context, addr string) (net.Conn, error) {
+		dialing <- addr
+		<-dialed
+		return d.DialContext(ctx, "tcp", addr)
+	})
+	require.NoError(t, err)
+	defer r.close()
+	host, port := r.addr()
+	c, err := net.Dial("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, old.Addr().String(), <-dialing, "the router dials the upstream of the moment it accepted")
+	require.NoError(t, r.repoint("127.0.0.1:1"))
+	close(dialed)
+
+	s := <-served // the old upstream was reached ...
+	defer s.Close()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second))) // bounds only a forwarded connection's wait
+	_, err = c.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF, "... and the client's connection was closed, not forwarded there")
 }
 
 // After a failover RebuildStandby clones the node that went down afresh
