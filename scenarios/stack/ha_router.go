@@ -20,11 +20,11 @@ import (
 // The router holds its listener from newRouter to close, repoints
 // included. It used to be a toxiproxy proxy, whose Update stops the
 // listener and listens again on the same port; in between, the port was
-// anyone's, and twice in make test the listen again failed ("repoint to
-// pg2: listen tcp 127.0.0.1:13327: bind: address already in use", at
-// a8136f2), once with the port below the kernel's ephemeral range and
-// booked machine-wide, so not an outgoing connection nor a doublerun
-// server. A port that is never let go cannot be taken.
+// anyone's. Twice in make test the listen again failed: once on a port of
+// the kernel's ephemeral range, and at a8136f2 on one below it and booked
+// machine-wide ("repoint to pg2: listen tcp 127.0.0.1:13327: bind:
+// address already in use"), so taken by neither an outgoing connection
+// nor a doublerun server. A port that is never let go cannot be taken.
 type router struct {
 	ln     net.Listener
 	ctx    context.Context // ends at close: cancels the dials under way
@@ -46,12 +46,12 @@ type router struct {
 // no outgoing connection and no server another stack starts is given the
 // port between the draw and the listen.
 func newRouter(host, upstream string) (*router, error) {
-	var d net.Dialer
-	return startRouter(host, upstream, func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) })
+	return startRouter(host, upstream, new(net.Dialer).DialContext)
 }
 
-// dialFunc opens a connection to an upstream for the router.
-type dialFunc func(ctx context.Context, addr string) (net.Conn, error)
+// dialFunc opens a connection to an upstream for the router, as
+// net.Dialer's DialContext does.
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // startRouter is newRouter with the dial of upstreams given.
 func startRouter(host, upstream string, dial dialFunc) (*router, error) {
@@ -146,7 +146,7 @@ func (r *router) forward(client net.Conn) {
 	r.mu.Lock()
 	up, gen := r.up, r.gen
 	r.mu.Unlock()
-	server, err := r.dial(r.ctx, up)
+	server, err := r.dial(r.ctx, "tcp", up)
 	if err != nil {
 		_ = client.Close()
 		return

@@ -464,11 +464,10 @@ func TestRouterDropsAConnectionDialedAcrossARepoint(t *testing.T) {
 		}
 	}()
 	dialing, dialed := make(chan string, 1), make(chan struct{})
-	var d net.Dialer
-	r, err := startRouter("127.0.0.1", old.Addr().String(), func(ctx context.Context, addr string) (net.Conn, error) {
+	r, err := startRouter("127.0.0.1", old.Addr().String(), func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dialing <- addr
 		<-dialed
-		return d.DialContext(ctx, "tcp", addr)
+		return new(net.Dialer).DialContext(ctx, network, addr)
 	})
 	require.NoError(t, err)
 	defer r.close()
